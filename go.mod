@@ -1,0 +1,7 @@
+module github.com/fumehood/fumehood
+
+go 1.26
+
+require github.com/stretchr/testify v1.12.1
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
