@@ -1,0 +1,29 @@
+# fumehood: the two commands of the quick start are `make demo` and `make test`.
+GO      ?= go
+BIN     := bin/fumehood
+SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
+
+.PHONY: all build guest demo test vet fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/fumehood
+
+# Fetch, verify and prepare the Python guest (cached: a no-op once done).
+guest: build
+	$(BIN) guest install
+
+demo: guest
+	$(BIN) run -c '$(SNIPPET)'
+
+test: guest
+	$(GO) vet ./...
+	$(GO) test ./...
+
+# Short fuzzing runs of everything that parses untrusted bytes.
+fuzz:
+	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzParse -fuzztime 30s
+
+clean:
+	rm -rf bin

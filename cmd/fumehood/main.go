@@ -1,0 +1,87 @@
+// Command fumehood runs untrusted Python (or any WASI program) in a
+// WebAssembly sandbox inside its own process.
+//
+// Usage:
+//
+//	fumehood run [flags] FILE.py [ARGS...]   run a script
+//	fumehood run [flags] -c CODE [ARGS...]   run code given as an argument
+//	fumehood run [flags] - [ARGS...]         run code read from stdin
+//	fumehood guest install                   fetch, verify and prepare the Python guest
+//	fumehood guest info                      show the installed guest
+//
+// Exit status: the guest's own exit status when it exits; 124 when the
+// run's deadline stopped it; 125 when fumehood itself failed (a bad flag,
+// no guest, a trap); 2 for a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+// Exit statuses fumehood uses for its own reasons.
+const (
+	exitUsage    = 2
+	exitDeadline = 124
+	exitFailure  = 125
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `fumehood runs untrusted code in a WebAssembly sandbox, in-process.
+
+Usage:
+  fumehood run [flags] FILE.py [ARGS...]   run a Python script
+  fumehood run [flags] -c CODE [ARGS...]   run Python code given as an argument
+  fumehood run [flags] - [ARGS...]         run Python code read from stdin
+  fumehood guest install                   fetch, verify and prepare the Python guest
+  fumehood guest info                      show the installed Python guest
+
+Run 'fumehood run -h' for the flags of run.
+`
+
+// usageError is a mistake in the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	var code int
+	var err error
+	switch args[0] {
+	case "run":
+		code, err = cmdRun(ctx, args[1:], stdin, stdout, stderr)
+	case "guest":
+		err = cmdGuest(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		err = &usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+	if err == nil {
+		return code
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "fumehood: %v\n\n%s", err, usage)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "fumehood: %v\n", err)
+	if code == 0 {
+		code = exitFailure
+	}
+	return code
+}

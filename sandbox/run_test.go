@@ -1,0 +1,197 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+func TestPythonPrintAndStdlib(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), `
+import json, re, decimal, datetime, hashlib, sqlite3
+print("hello from", "python")
+print(json.dumps({"a": [1, 2]}, sort_keys=True))
+print(re.sub(r"\d+", "#", "a1b22c333"))
+print(decimal.Decimal("0.1") + decimal.Decimal("0.2"))
+print(datetime.date(2024, 2, 28) + datetime.timedelta(days=1))
+print(hashlib.sha256(b"fumehood").hexdigest())
+db = sqlite3.connect(":memory:")
+db.execute("create table t (x)")
+db.executemany("insert into t values (?)", [(1,), (2,), (3,)])
+print(db.execute("select sum(x) from t").fetchone()[0])
+`, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+	assert.Equal(t, strings.Join([]string{
+		"hello from python",
+		`{"a": [1, 2]}`,
+		"a#b#c#",
+		"0.3",
+		"2024-02-29",
+		"5a74b9e40d7f8a0ebf6f5895ea3821c718ed09db7844c1dbad6027f99c11c186",
+		"6",
+	}, "\n")+"\n", string(res.Stdout))
+	assert.Empty(t, res.Stderr)
+	assert.Positive(t, res.Duration)
+}
+
+func TestPythonExceptionExitsOne(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), "print('before')\n{}['missing']", nil)
+	var exit *sandbox.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 1, exit.Code)
+	assert.Equal(t, 1, res.ExitCode)
+	assert.Equal(t, "before\n", string(res.Stdout), "output before the exception is kept")
+	assert.Contains(t, string(res.Stderr), "Traceback (most recent call last)")
+	assert.Contains(t, string(res.Stderr), "KeyError: 'missing'")
+}
+
+func TestPythonSystemExit(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), "import sys; sys.exit(3)", nil)
+	var exit *sandbox.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 3, exit.Code)
+	assert.Equal(t, 3, res.ExitCode)
+
+	res, err = py.Run(context.Background(), "raise SystemExit(0)", nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+}
+
+func TestPythonStdinArgsEnv(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), `
+import sys, os
+data = sys.stdin.read()
+print(data.upper(), end="")
+print(sys.argv[1:])
+print(sorted(os.environ.items()))
+`, &sandbox.Config{
+		Stdin: strings.NewReader("line one\nline two\n"),
+		Args:  []string{"a", "b c"},
+		Env:   map[string]string{"GREETING": "hi"},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "LINE ONE\nLINE TWO\n['a', 'b c']\n[('GREETING', 'hi')]\n", string(res.Stdout))
+}
+
+func TestPythonCleanRoomDefaults(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), `
+import os, sys, socket
+print(dict(os.environ))
+print(repr(sys.stdin.read()))
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    print("socket created")
+except OSError:
+    print("no sockets")
+try:
+    socket.create_connection(("127.0.0.1", 80), timeout=1)
+    print("connected")
+except Exception:
+    print("no network")
+`, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "{}\n''\nno sockets\nno network\n", string(res.Stdout))
+}
+
+func TestDeadlineStopsInfiniteLoop(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), "print('started')\nwhile True: pass", &sandbox.Config{Timeout: 500 * time.Millisecond})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, -1, res.ExitCode)
+	assert.Equal(t, "started\n", string(res.Stdout), "output before the stop is kept")
+
+	// The compiled guest is still healthy.
+	res, err = py.Run(context.Background(), "print(2 + 2)", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "4\n", string(res.Stdout))
+}
+
+func TestCancelStopsRun(t *testing.T) {
+	py := testenv.Python(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	_, err := py.Run(ctx, "while True: pass", nil)
+	require.ErrorIs(t, err, context.Canceled)
+
+	_, err = py.Run(ctx, "print(1)", nil)
+	assert.ErrorIs(t, err, context.Canceled, "a done context runs nothing")
+}
+
+func TestConcurrentRunsOnOneGuest(t *testing.T) {
+	py := testenv.Python(t)
+	const n = 8
+	var wg sync.WaitGroup
+	outs := make([]string, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := py.Run(context.Background(), fmt.Sprintf(`
+import sys
+total = sum(range(%d))
+print("run", %d, total)
+print("err", %d, file=sys.stderr)
+`, (i+1)*1000, i, i), nil)
+			errs[i] = err
+			if err == nil {
+				outs[i] = string(res.Stdout) + "|" + string(res.Stderr)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i])
+		m := (i + 1) * 1000
+		assert.Equal(t, fmt.Sprintf("run %d %d\n|err %d\n", i, m*(m-1)/2, i), outs[i])
+	}
+}
+
+func TestOutputBoundAndStreaming(t *testing.T) {
+	py := testenv.Python(t)
+	var streamed bytes.Buffer
+	res, err := py.Run(context.Background(), "import sys\nsys.stdout.write('x' * 5000)\nprint('done', file=sys.stderr)",
+		&sandbox.Config{MaxOutput: 1000, Stdout: &streamed})
+	require.NoError(t, err)
+	assert.Len(t, res.Stdout, 1000)
+	assert.True(t, res.StdoutTruncated)
+	assert.False(t, res.StderrTruncated)
+	assert.Equal(t, "done\n", string(res.Stderr))
+	assert.Equal(t, res.Stdout, streamed.Bytes(), "the stream sees what is kept")
+}
+
+func TestRunRejectsBadInput(t *testing.T) {
+	py := testenv.Python(t)
+	_, err := py.Run(context.Background(), "print(1)\x00", nil)
+	assert.Error(t, err)
+	_, err = py.Run(context.Background(), "print(1)", &sandbox.Config{Env: map[string]string{"A=B": "x"}})
+	assert.Error(t, err)
+	_, err = py.Run(context.Background(), "print(1)", &sandbox.Config{Args: []string{"nul\x00"}})
+	assert.Error(t, err)
+	_, err = py.Run(context.Background(), "print(1)", &sandbox.Config{MaxOutput: -1})
+	assert.Error(t, err)
+}
+
+func TestPythonVersionThroughExec(t *testing.T) {
+	py := testenv.Python(t)
+	require.True(t, py.IsPython())
+	res, err := py.Exec(context.Background(), &sandbox.Config{Args: []string{"-c", "import sys; print(sys.version_info[:2])"}})
+	require.NoError(t, err)
+	assert.Equal(t, "(3, 12)\n", string(res.Stdout))
+}
