@@ -2,11 +2,17 @@ package sandbox
 
 import (
 	"context"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
 // These benchmarks split a first run into its parts:
@@ -50,10 +56,11 @@ func BenchmarkInstantiate(b *testing.B) {
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
 	defer g.Close(ctx)
-	mc, err := moduleConfig("python", &Config{})
+	mc, err := g.moduleConfig(ctx, "python", &Config{}, &runState{ctx: ctx})
 	require.NoError(b, err)
 	for b.Loop() {
-		mod, err := g.rt.InstantiateModule(ctx, g.compiled, mc)
+		alloc := &memoryAllocator{limit: DefaultMemoryLimit}
+		mod, err := g.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), g.compiled, mc)
 		require.NoError(b, err)
 		mod.Close(ctx)
 	}
@@ -71,4 +78,92 @@ func BenchmarkRunPrint(b *testing.B) {
 		require.NoError(b, err)
 		require.Equal(b, "1\n", string(res.Stdout))
 	}
+}
+
+// plainPython compiles the Python guest without fuel metering: the
+// baseline that BenchmarkFuelOverhead compares with.
+func plainPython(b *testing.B) *Guest {
+	ctx := context.Background()
+	dir, err := python.CacheDir("")
+	require.NoError(b, err)
+	store := pipeline.NewStore(filepath.Join(dir, "guests"))
+	d, ok := store.Lookup(python.SourceSHA256, python.Steps[:1])
+	require.True(b, ok, "the Python guest is needed; `make test` installs it")
+	require.Equal(b, "strip-debug", python.Steps[0].Name)
+	wasm, err := store.Get(d)
+	require.NoError(b, err)
+	g, err := compile(ctx, wasm, &Options{})
+	require.NoError(b, err)
+	g.python = true
+	return g
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkFuelOverhead runs the same programs on the plain and the
+// fuel-metered guest, alternately, and reports the medians and their ratio:
+//
+//	go test ./sandbox -run '^$' -bench FuelOverhead -benchtime 10x
+func BenchmarkFuelOverhead(b *testing.B) {
+	ctx := context.Background()
+	plain := plainPython(b)
+	defer plain.Close(ctx)
+	metered, err := CompilePython(ctx, nil)
+	require.NoError(b, err)
+	defer metered.Close(ctx)
+
+	programs := map[string]string{
+		"fib25": "def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\nfib(25)",
+		"loop":  "x = 0\nfor i in range(10**6): x += 1",
+	}
+	for name, code := range programs {
+		b.Run(name, func(b *testing.B) {
+			var tp, tm []time.Duration
+			for b.Loop() {
+				for _, g := range []*Guest{plain, metered} {
+					res, err := g.Run(ctx, code, &Config{Fuel: UnlimitedFuel})
+					require.NoError(b, err)
+					if g == plain {
+						tp = append(tp, res.Duration)
+					} else {
+						tm = append(tm, res.Duration)
+					}
+				}
+			}
+			mp, mm := median(tp), median(tm)
+			b.ReportMetric(float64(mp.Microseconds())/1000, "plain-ms")
+			b.ReportMetric(float64(mm.Microseconds())/1000, "fuel-ms")
+			b.ReportMetric(float64(mm)/float64(mp), "fuel/plain")
+		})
+	}
+}
+
+// BenchmarkDeadlineOvershoot stops `while True: pass` at a 100 ms deadline
+// 50 times and reports how late the runs ended, at the median and the 99th
+// percentile:
+//
+//	go test ./sandbox -run '^$' -bench DeadlineOvershoot -benchtime 1x
+func BenchmarkDeadlineOvershoot(b *testing.B) {
+	ctx := context.Background()
+	g, err := CompilePython(ctx, nil)
+	require.NoError(b, err)
+	defer g.Close(ctx)
+	const timeout = 100 * time.Millisecond
+	var over []time.Duration
+	for b.Loop() {
+		for range 50 {
+			start := time.Now()
+			_, err := g.Run(ctx, "while True: pass", &Config{Timeout: timeout})
+			require.ErrorIs(b, err, context.DeadlineExceeded)
+			over = append(over, time.Since(start)-timeout)
+		}
+	}
+	slices.Sort(over)
+	b.ReportMetric(float64(over[len(over)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(over[len(over)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(over[len(over)-1].Microseconds())/1000, "max-ms")
 }

@@ -22,11 +22,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
@@ -45,7 +47,8 @@ var ErrNotPython = errors.New("sandbox: not the Python guest")
 // ErrClosed reports use of a closed Guest.
 var ErrClosed = errors.New("sandbox: guest is closed")
 
-// DefaultMemoryLimit is the most linear memory a guest instance may have.
+// DefaultMemoryLimit is the most linear memory a run may have unless its
+// Config or the guest's Options say otherwise.
 const DefaultMemoryLimit = 256 << 20
 
 // Options configure how a guest is compiled. The zero value uses the
@@ -55,9 +58,8 @@ type Options struct {
 	// empty, python.CacheDir("") decides ($FUMEHOOD_CACHE_DIR or the
 	// user's cache directory).
 	CacheDir string
-	// MemoryLimit is the most linear memory, in bytes, any instance of the
-	// guest may have; 0 means DefaultMemoryLimit. It is rounded down to
-	// whole 64 KiB pages.
+	// MemoryLimit is the default bound, in bytes, of a run's linear memory;
+	// 0 means DefaultMemoryLimit. Config.MemoryLimit overrides it per run.
 	MemoryLimit int64
 	// Install makes CompilePython install the Python guest when it is not
 	// in the cache, instead of returning ErrGuestNotInstalled.
@@ -69,11 +71,15 @@ type Options struct {
 // Guest is a compiled guest module. It is safe for concurrent use: each run
 // gets its own instance. Close it to release the compiled code.
 type Guest struct {
-	rt       wazero.Runtime
-	compiled wazero.CompiledModule
-	cache    wazero.CompilationCache
-	python   bool
-	id       string
+	rt          wazero.Runtime
+	compiled    wazero.CompiledModule
+	cache       wazero.CompilationCache
+	python      bool
+	fuel        bool // the guest meters fuel (always, for now)
+	id          string
+	memoryLimit int64 // default per-run bound
+	minMemory   int64 // the memory the guest declares it needs to start
+	closed      atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,6 +101,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The prepared guest is fuel-instrumented by the pipeline (python.Steps).
 	g, err := compile(ctx, wasm, opts)
 	if err != nil {
 		return nil, err
@@ -105,14 +112,30 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 }
 
 // Compile compiles a WASI preview 1 program. The module may import only
-// wasi_snapshot_preview1.
+// wasi_snapshot_preview1. Compile instruments it with fuel metering first,
+// which takes about a second for every 10 MB of code.
 func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	return compile(ctx, wasm, opts)
+	if !wasmbin.IsWasm(wasm) {
+		return nil, fmt.Errorf("%w: not a WebAssembly binary module", ErrInvalidModule)
+	}
+	metered, err := fuel.Instrument(wasm)
+	if err != nil {
+		// Including ErrInstrumented: a module that brings its own fuel
+		// import could skip the metering that deadlines rely on.
+		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	g, err := compile(ctx, metered, opts)
+	if err != nil {
+		return nil, err
+	}
+	g.id = pipeline.Digest(wasm)
+	return g, nil
 }
 
+// compile compiles a fuel-instrumented module.
 func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err error) {
 	if !wasmbin.IsWasm(wasm) {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary module", ErrInvalidModule)
@@ -124,6 +147,10 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if limit < 1<<16 || limit > 1<<32 {
 		return nil, fmt.Errorf("sandbox: memory limit %d is outside 64 KiB to 4 GiB", limit)
 	}
+	minMem, err := minMemory(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
 	dir, err := python.CacheDir(opts.CacheDir)
 	if err != nil {
 		return nil, err
@@ -134,9 +161,9 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	}
 	cfg := wazero.NewRuntimeConfigCompiler().
 		WithCompilationCache(cache).
-		WithDebugInfoEnabled(false).
-		WithCloseOnContextDone(true).
-		WithMemoryLimitPages(uint32(limit >> 16))
+		WithDebugInfoEnabled(false)
+	// Deadlines do not use WithCloseOnContextDone, which costs 2-3x CPU:
+	// a watchdog poisons the fuel global instead (see limits.go).
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	defer func() {
 		if r := recover(); r != nil {
@@ -147,7 +174,10 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 			cache.Close(ctx)
 		}
 	}()
-	if _, err = wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+	if err = instantiateWASI(ctx, rt); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if err = instantiateFuelHost(ctx, rt); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	compiled, err := rt.CompileModule(ctx, wasm)
@@ -155,14 +185,42 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
 	for _, f := range compiled.ImportedFunctions() {
-		if mod, name, _ := f.Import(); mod != wasi_snapshot_preview1.ModuleName {
+		mod, name, _ := f.Import()
+		if mod != wasi_snapshot_preview1.ModuleName && (mod != fuel.ImportModule || name != fuel.ImportName) {
 			return nil, fmt.Errorf("%w: it imports %s.%s, and a sandbox offers only %s", ErrInvalidModule, mod, name, wasi_snapshot_preview1.ModuleName)
 		}
+	}
+	if len(compiled.ImportedMemories()) > 0 {
+		return nil, fmt.Errorf("%w: it imports its memory", ErrInvalidModule)
 	}
 	if _, ok := compiled.ExportedFunctions()["_start"]; !ok {
 		return nil, fmt.Errorf("%w: it exports no _start function (not a WASI command)", ErrInvalidModule)
 	}
-	return &Guest{rt: rt, compiled: compiled, cache: cache, id: pipeline.Digest(wasm)}, nil
+	return &Guest{
+		rt: rt, compiled: compiled, cache: cache, id: pipeline.Digest(wasm),
+		fuel: true, memoryLimit: limit, minMemory: minMem,
+	}, nil
+}
+
+// minMemory returns the initial size, in bytes, of the module's memory.
+func minMemory(wasm []byte) (int64, error) {
+	m, err := wasmbin.Parse(wasm)
+	if err != nil {
+		return 0, err
+	}
+	sec := m.Section(wasmbin.SectionMemory)
+	if sec == nil {
+		return 0, nil
+	}
+	count, n, err := wasmbin.U32(sec.Payload)
+	if err != nil || count == 0 || n >= len(sec.Payload) {
+		return 0, nil // the runtime rejects what is malformed here
+	}
+	pages, _, err := wasmbin.U32(sec.Payload[n+1:]) // after the limits flag
+	if err != nil {
+		return 0, nil
+	}
+	return int64(pages) << 16, nil
 }
 
 // ID identifies the guest build: the SHA-256 of the binary that was compiled.
@@ -174,6 +232,7 @@ func (g *Guest) IsPython() bool { return g.python }
 // Close releases the compiled code. Runs in progress are stopped.
 func (g *Guest) Close(ctx context.Context) error {
 	g.closeOnce.Do(func() {
+		g.closed.Store(true)
 		g.closeErr = g.rt.Close(ctx)
 		if err := g.cache.Close(ctx); g.closeErr == nil {
 			g.closeErr = err
@@ -181,3 +240,5 @@ func (g *Guest) Close(ctx context.Context) error {
 	})
 	return g.closeErr
 }
+
+func (g *Guest) isClosed() bool { return g.closed.Load() }

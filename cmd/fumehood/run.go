@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/sandbox"
@@ -39,6 +40,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of the run")
 	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
+	fuelBudget := fs.Int64("fuel", 0, "fuel budget (WebAssembly instructions); 0 means the default")
+	memory := fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
+	maxOutput := fs.String("max-output", "", "bytes kept of each of stdout and stderr, such as 1MiB (default 1MiB); past it the run stops")
+	deterministic := fs.Bool("deterministic", false, "fixed clocks, seeded randomness and hash seed: the same output and fuel on every run")
+	seed := fs.Uint64("seed", 0, "random seed in --deterministic mode")
+	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
 	env := envFlag{}
 	fs.Var(env, "env", "set a guest environment variable, KEY=VALUE (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -51,9 +58,30 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	codeSet := false
 	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
 
-	cfg := &sandbox.Config{Env: env, Stdout: stdout, Stderr: stderr, Timeout: *timeout}
+	cfg := &sandbox.Config{
+		Env: env, Stdout: stdout, Stderr: stderr, Timeout: *timeout,
+		Fuel: *fuelBudget, Deterministic: *deterministic, Seed: *seed,
+		StopAtOutputLimit: true,
+	}
 	if *timeout == 0 {
 		cfg.Timeout = -1 // --timeout 0: no limit
+	}
+	if *fuelBudget < 0 {
+		return 0, &usageError{"--fuel must not be negative"}
+	}
+	if *memory != "" {
+		n, err := sandbox.ParseSize(*memory)
+		if err != nil {
+			return 0, &usageError{err.Error()}
+		}
+		cfg.MemoryLimit = n
+	}
+	if *maxOutput != "" {
+		n, err := sandbox.ParseSize(*maxOutput)
+		if err != nil || n <= 0 || n > math.MaxInt32 {
+			return 0, &usageError{fmt.Sprintf("invalid --max-output %q", *maxOutput)}
+		}
+		cfg.MaxOutput = int(n)
 	}
 	var src string
 	switch {
@@ -95,14 +123,66 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	defer py.Close(context.WithoutCancel(ctx))
 
 	res, err := py.Run(ctx, src, cfg)
+	if *stats && res != nil {
+		writeStats(stderr, res, err)
+	}
+	return exitStatus(res, err)
+}
+
+// exitStatus maps a run's outcome to the command's exit status and, for a
+// stop, the words said on stderr.
+func exitStatus(res *sandbox.Result, err error) (int, error) {
 	var exit *sandbox.ExitError
+	for _, l := range limits {
+		if errors.Is(err, l.err) {
+			return l.code, errors.New(l.words)
+		}
+	}
 	switch {
 	case err == nil:
 		return 0, nil
 	case errors.As(err, &exit):
 		return exit.Code, nil
-	case errors.Is(err, context.DeadlineExceeded):
-		return exitDeadline, fmt.Errorf("deadline exceeded after %v", res.Duration.Round(time.Millisecond))
 	}
 	return exitFailure, err
+}
+
+// limits are the reasons a run is stopped, with their exit statuses.
+var limits = []struct {
+	err   error
+	code  int
+	words string
+}{
+	{sandbox.ErrFuelExhausted, exitFuel, "fuel exhausted"},
+	{context.DeadlineExceeded, exitDeadline, "deadline exceeded"},
+	{sandbox.ErrMemoryLimit, exitMemory, "memory limit"},
+	{sandbox.ErrOutputLimit, exitOutput, "output limit"},
+	{context.Canceled, exitCanceled, "canceled"},
+}
+
+// stats is the JSON line --stats prints.
+type stats struct {
+	ExitCode    int     `json:"exit_code"`
+	StoppedBy   string  `json:"stopped_by,omitempty"`
+	FuelUsed    int64   `json:"fuel_used"`
+	WallMS      float64 `json:"wall_ms"`
+	PeakMemory  int64   `json:"peak_memory_bytes"`
+	StdoutBytes int64   `json:"stdout_bytes"`
+	StderrBytes int64   `json:"stderr_bytes"`
+}
+
+func writeStats(w io.Writer, res *sandbox.Result, err error) {
+	s := stats{
+		ExitCode: res.ExitCode, FuelUsed: res.FuelUsed,
+		WallMS:     float64(res.Duration.Microseconds()) / 1000,
+		PeakMemory: res.PeakMemory, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+	}
+	for _, l := range limits {
+		if errors.Is(err, l.err) {
+			s.StoppedBy = l.words
+			break
+		}
+	}
+	b, _ := json.Marshal(s)
+	fmt.Fprintf(w, "%s\n", b)
 }

@@ -119,7 +119,7 @@ func TestInstallFromRegistry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, stages, "download")
 	assert.Contains(t, stages, "prepare")
-	assert.Equal(t, []string{"strip-debug@1"}, build.Steps)
+	assert.Equal(t, []string{"strip-debug@1", "fuel@1"}, build.Steps)
 
 	b, loaded, err := Load(context.Background(), opts)
 	require.NoError(t, err)
@@ -129,7 +129,14 @@ func TestInstallFromRegistry(t *testing.T) {
 	for _, s := range m.Sections {
 		assert.NotEqual(t, ".debug_line", s.Name, "debug sections are stripped")
 	}
-	assert.Len(t, m.Sections, 2)
+	var exports *wasmbin.Section
+	for i := range m.Sections {
+		if m.Sections[i].ID == wasmbin.SectionExport {
+			exports = &m.Sections[i]
+		}
+	}
+	require.NotNil(t, exports, "the fuel step exports its global")
+	assert.Contains(t, string(exports.Payload), "fumehood_fuel")
 
 	// Installing again downloads nothing.
 	_, err = Install(context.Background(), opts)

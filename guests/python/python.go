@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
@@ -78,7 +79,12 @@ func CacheDir(dir string) (string, error) {
 // Their names and versions are part of the cache key.
 var Steps = []pipeline.Step{
 	{Name: "strip-debug", Version: 1, Apply: stripDebug},
+	{Name: "fuel", Version: 1, Apply: meterFuel},
 }
+
+// meterFuel instruments the guest with fuel metering, which is both its CPU
+// budget and how a deadline stops it.
+func meterFuel(_ context.Context, in []byte) ([]byte, error) { return fuel.Instrument(in) }
 
 // stripDebug removes the .debug* custom sections. With them wazero's file
 // compilation cache loads the guest in seconds instead of a fraction of one,

@@ -1,0 +1,453 @@
+// Package fuel instruments a WebAssembly module so that it counts the work it
+// does and asks the host for more when its budget runs out.
+//
+// wazero has no fuel of its own, so Instrument rewrites the binary:
+//
+//   - It adds a mutable i64 global, exported as GlobalName, that holds the
+//     remaining fuel and counts down from 0, its initial value.
+//   - It imports a function ImportModule.ImportName with no parameters and
+//     no results, after the module's other function imports.
+//   - Every instruction costs 1, except nop, drop, block, loop, end and else
+//     (and the exception-handling markers try, try_table, catch, catch_all
+//     and delegate), which cost 0, as Wasmtime counts.
+//   - The code is split into regions, straight runs that start at the
+//     function entry, a loop body, an if or else arm, an exception handler,
+//     and after the end of each block. A region subtracts its whole cost
+//     when it starts, so a branch, return or trap that leaves it early has
+//     paid for all of it. The charge is still deterministic: the same run
+//     uses the same fuel.
+//   - At function entry and at each loop header (which costs at least 1 per
+//     iteration), after the subtraction, the code calls the import if the
+//     fuel is negative. The host then either refills the global (through
+//     api.MutableGlobal) and returns, so the guest goes on where it was, or
+//     ends the run, for example by panicking with an error, which wazero
+//     returns from the call.
+//
+// As the global starts at 0, the guest asks for fuel at the first check
+// after it has done any work, which may be in the start function during
+// instantiation: the host grants the budget from out_of_fuel (see the
+// example). The fuel a run used is the sum of what the host granted minus the
+// final value of the global. The global may end below zero: between two
+// checks the guest enters no function and starts no loop iteration, but it
+// does not stop at zero either.
+//
+// Adding the import shifts the index of every function the module defines
+// by one; Instrument fixes every reference: calls, ref.func, element
+// segments, table and global initialisers, exports, the start function and
+// the function, local and label names of the "name" section. It drops the
+// DWARF sections (".debug*"), whose code offsets no longer hold.
+package fuel
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/fumehood/fumehood/internal/wasmbin"
+)
+
+const (
+	// ImportModule is the module name of the function the guest calls when
+	// its fuel is negative.
+	ImportModule = "fumehood"
+	// ImportName is the name of the function the guest calls when its fuel
+	// is negative. It has no parameters and no results.
+	ImportName = "out_of_fuel"
+	// GlobalName is the export name of the mutable i64 global that holds
+	// the remaining fuel.
+	GlobalName = "fumehood_fuel"
+)
+
+// ErrInstrumented reports a module that already imports ImportModule.ImportName
+// or exports GlobalName, such as the output of Instrument.
+var ErrInstrumented = errors.New("fuel: module is already instrumented")
+
+// Binary encodings used below.
+const (
+	funcType    = 0x60
+	externFunc  = 0x00
+	externGlob  = 0x03
+	valI64      = 0x7E
+	mutable     = 0x01
+	opEnd       = 0x0B
+	opI64Const  = 0x42
+	opGlobalGet = 0x23
+	opGlobalSet = 0x24
+	opRefFunc   = 0xD2
+)
+
+// Instrument returns a copy of the binary module wasm with fuel metering
+// added, as the package documentation describes. It does not modify wasm.
+//
+// Input whose structure it cannot follow is an error wrapping
+// wasmbin.ErrNotWasm or wasmbin.ErrMalformed; a module already instrumented
+// is an error wrapping ErrInstrumented. Instrument checks only what it reads:
+// a module that is invalid in other ways stays invalid, for the runtime to
+// reject.
+func Instrument(wasm []byte) ([]byte, error) {
+	m, err := wasmbin.Parse(wasm)
+	if err != nil {
+		return nil, err
+	}
+	in := &instrumenter{}
+	if err := in.instrument(m); err != nil {
+		return nil, err
+	}
+	return m.Encode(), nil
+}
+
+// instrumenter holds what the rewrite of one module needs.
+type instrumenter struct {
+	importedFuncs   uint32 // function imports before ours; our index
+	importedGlobals uint32
+	fuelGlobal      uint32 // index of the fuel global
+
+	// Scratch space reused across function bodies.
+	events []event
+	body   []byte
+	charge []byte // global.get $fuel; i64.const; the cost goes after
+	sub    []byte // i64.sub; global.set $fuel
+	check  []byte // the test and the call to out_of_fuel
+}
+
+func (in *instrumenter) instrument(m *wasmbin.Module) error {
+	typeIdx, err := in.types(m)
+	if err != nil {
+		return err
+	}
+	if err := in.imports(m, typeIdx); err != nil {
+		return err
+	}
+	if err := in.globals(m); err != nil {
+		return err
+	}
+	if err := in.exports(m); err != nil {
+		return err
+	}
+	kept := m.Sections[:0]
+	for _, s := range m.Sections {
+		var err error
+		switch {
+		case s.ID == wasmbin.SectionStart:
+			s.Payload, err = in.start(s.Payload)
+		case s.ID == wasmbin.SectionTable:
+			s.Payload, err = in.tables(s.Payload)
+		case s.ID == wasmbin.SectionElement:
+			s.Payload, err = in.elements(s.Payload)
+		case s.ID == wasmbin.SectionCode:
+			s.Payload, err = in.code(s.Payload)
+		case s.ID == wasmbin.SectionCustom && strings.HasPrefix(s.Name, ".debug"):
+			continue
+		case s.ID == wasmbin.SectionCustom && s.Name == "name":
+			var ok bool
+			if s.Payload, ok = in.names(s.Payload); !ok {
+				continue // a name section we cannot follow would name the wrong functions
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("fuel: section %d: %w", s.ID, err)
+		}
+		kept = append(kept, s)
+	}
+	m.Sections = kept
+	return nil
+}
+
+// funcIndex maps a function index of the input to the output.
+func (in *instrumenter) funcIndex(i uint32) (uint32, error) {
+	if i < in.importedFuncs {
+		return i, nil
+	}
+	if i == math.MaxUint32 {
+		return 0, fmt.Errorf("%w: function index %d out of range", wasmbin.ErrMalformed, i)
+	}
+	return i + 1, nil
+}
+
+// types returns the index of a [] -> [] function type, adding one if needed.
+func (in *instrumenter) types(m *wasmbin.Module) (uint32, error) {
+	s := m.Section(wasmbin.SectionType)
+	if s == nil {
+		m.Insert(wasmbin.Section{ID: wasmbin.SectionType, Payload: []byte{1, funcType, 0, 0}})
+		return 0, nil
+	}
+	r := reader{b: s.Payload}
+	n := r.count(3)
+	entries := r.pos
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		if form := r.byte(); form != funcType && r.err == nil {
+			return 0, fmt.Errorf("fuel: type %d: unsupported form 0x%02x", i, form)
+		}
+		params := r.count(1)
+		for j := uint32(0); j < params; j++ {
+			r.valType()
+		}
+		results := r.count(1)
+		for j := uint32(0); j < results; j++ {
+			r.valType()
+		}
+		if params == 0 && results == 0 && r.err == nil {
+			return i, nil
+		}
+	}
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail("%d bytes after the last type", len(r.b)-r.pos)
+	}
+	if r.err != nil {
+		return 0, fmt.Errorf("fuel: type section: %w", r.err)
+	}
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+8), n+1)
+	p = append(p, r.b[entries:]...)
+	s.Payload = append(p, funcType, 0, 0)
+	return n, nil
+}
+
+// imports counts the imported functions and globals and appends the
+// out_of_fuel import after the others.
+func (in *instrumenter) imports(m *wasmbin.Module, typeIdx uint32) error {
+	entry := appendName(nil, ImportModule)
+	entry = appendName(entry, ImportName)
+	entry = append(entry, externFunc)
+	entry = wasmbin.AppendU32(entry, typeIdx)
+
+	s := m.Section(wasmbin.SectionImport)
+	if s == nil {
+		m.Insert(wasmbin.Section{ID: wasmbin.SectionImport, Payload: append([]byte{1}, entry...)})
+		return nil
+	}
+	r := reader{b: s.Payload}
+	n := r.count(4)
+	entries := r.pos
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		module, name := r.name(), r.name()
+		if string(module) == ImportModule && string(name) == ImportName {
+			return fmt.Errorf("%w: it imports %s.%s", ErrInstrumented, ImportModule, ImportName)
+		}
+		switch kind := r.byte(); kind {
+		case 0x00: // function: type index
+			r.u32()
+			in.importedFuncs++
+		case 0x01: // table: reference type, limits
+			r.valType()
+			r.limits()
+		case 0x02: // memory: limits
+			r.limits()
+		case 0x03: // global: value type, mutability
+			r.valType()
+			r.byte()
+			in.importedGlobals++
+		case 0x04: // tag: attribute, type index
+			r.byte()
+			r.u32()
+		default:
+			r.fail("import %d: unknown kind 0x%02x", i, kind)
+		}
+	}
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail("%d bytes after the last import", len(r.b)-r.pos)
+	}
+	if r.err != nil {
+		return fmt.Errorf("fuel: import section: %w", r.err)
+	}
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+len(entry)+5), n+1)
+	p = append(p, r.b[entries:]...)
+	s.Payload = append(p, entry...)
+	return nil
+}
+
+// globals fixes ref.func in the initialisers and appends the fuel global.
+func (in *instrumenter) globals(m *wasmbin.Module) error {
+	fuel := []byte{valI64, mutable, opI64Const, 0, opEnd}
+	s := m.Section(wasmbin.SectionGlobal)
+	if s == nil {
+		in.fuelGlobal = in.importedGlobals
+		m.Insert(wasmbin.Section{ID: wasmbin.SectionGlobal, Payload: append([]byte{1}, fuel...)})
+		return nil
+	}
+	r := reader{b: s.Payload}
+	n := r.count(3)
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+16), n+1)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		start := r.pos
+		r.valType()
+		r.byte()
+		p = append(p, r.b[start:r.pos]...)
+		p = in.constExpr(p, &r)
+	}
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail("%d bytes after the last global", len(r.b)-r.pos)
+	}
+	if r.err != nil {
+		return fmt.Errorf("fuel: global section: %w", r.err)
+	}
+	in.fuelGlobal = in.importedGlobals + n
+	s.Payload = append(p, fuel...)
+	return nil
+}
+
+// exports fixes function exports and exports the fuel global.
+func (in *instrumenter) exports(m *wasmbin.Module) error {
+	entry := appendName(nil, GlobalName)
+	entry = append(entry, externGlob)
+	entry = wasmbin.AppendU32(entry, in.fuelGlobal)
+
+	s := m.Section(wasmbin.SectionExport)
+	if s == nil {
+		m.Insert(wasmbin.Section{ID: wasmbin.SectionExport, Payload: append([]byte{1}, entry...)})
+		return nil
+	}
+	r := reader{b: s.Payload}
+	n := r.count(3)
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+len(entry)+8), n+1)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		start := r.pos
+		name := r.name()
+		if string(name) == GlobalName {
+			return fmt.Errorf("%w: it exports %s", ErrInstrumented, GlobalName)
+		}
+		kind := r.byte()
+		p = append(p, r.b[start:r.pos]...)
+		idx := r.u32()
+		if kind == externFunc && r.err == nil {
+			var err error
+			if idx, err = in.funcIndex(idx); err != nil {
+				return fmt.Errorf("fuel: export %q: %w", name, err)
+			}
+		}
+		p = wasmbin.AppendU32(p, idx)
+	}
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail("%d bytes after the last export", len(r.b)-r.pos)
+	}
+	if r.err != nil {
+		return fmt.Errorf("fuel: export section: %w", r.err)
+	}
+	s.Payload = append(p, entry...)
+	return nil
+}
+
+func (in *instrumenter) start(payload []byte) ([]byte, error) {
+	r := reader{b: payload}
+	idx := r.u32()
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail("%d bytes after the start function", len(r.b)-r.pos)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	idx, err := in.funcIndex(idx)
+	if err != nil {
+		return nil, err
+	}
+	return wasmbin.AppendU32(nil, idx), nil
+}
+
+// tables fixes ref.func in table initialisers (typed function references).
+func (in *instrumenter) tables(payload []byte) ([]byte, error) {
+	r := reader{b: payload}
+	n := r.count(3)
+	p := make([]byte, 0, len(payload)+8)
+	p = append(p, payload[:r.pos]...)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		start := r.pos
+		init := false
+		if r.pos < len(r.b) && r.b[r.pos] == 0x40 {
+			r.pos++
+			if r.byte() != 0 {
+				r.fail("table %d: reserved byte is not zero", i)
+			}
+			init = true
+		}
+		r.valType()
+		r.limits()
+		p = append(p, r.b[start:r.pos]...)
+		if init {
+			p = in.constExpr(p, &r)
+		}
+	}
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail("%d bytes after the last table", len(r.b)-r.pos)
+	}
+	return p, r.err
+}
+
+// elements fixes the function indices and ref.func of element segments.
+func (in *instrumenter) elements(payload []byte) ([]byte, error) {
+	r := reader{b: payload}
+	n := r.count(2)
+	p := make([]byte, 0, len(payload)+len(payload)/8+8)
+	p = append(p, payload[:r.pos]...)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		start := r.pos
+		flags := r.u32()
+		if flags > 7 {
+			r.fail("element segment %d: unknown flags %d", i, flags)
+			break
+		}
+		if flags&1 == 0 { // active
+			if flags&2 != 0 {
+				r.u32() // table index
+			}
+			p = append(p, r.b[start:r.pos]...)
+			p = in.constExpr(p, &r) // offset
+			start = r.pos
+		}
+		if flags&3 != 0 {
+			if flags&4 == 0 {
+				r.byte() // element kind
+			} else {
+				r.valType() // reference type
+			}
+		}
+		count := r.count(1)
+		p = append(p, r.b[start:r.pos]...)
+		for j := uint32(0); j < count && r.err == nil; j++ {
+			if flags&4 != 0 {
+				p = in.constExpr(p, &r)
+				continue
+			}
+			idx, err := in.funcIndex(r.u32())
+			if err != nil {
+				return nil, err
+			}
+			p = wasmbin.AppendU32(p, idx)
+		}
+	}
+	if r.err == nil && r.pos != len(r.b) {
+		r.fail("%d bytes after the last element segment", len(r.b)-r.pos)
+	}
+	return p, r.err
+}
+
+// constExpr copies the constant expression at r to p, fixing ref.func.
+func (in *instrumenter) constExpr(p []byte, r *reader) []byte {
+	for r.err == nil {
+		ins, err := wasmbin.DecodeInstr(r.b[r.pos:])
+		if err != nil {
+			r.fail("constant expression at offset %d: %v", r.pos, err)
+			return p
+		}
+		if ins.Op == wasmbin.OpRefFunc {
+			idx, err := in.funcIndex(ins.Index)
+			if err != nil {
+				r.fail("ref.func: %v", err)
+				return p
+			}
+			p = append(p, opRefFunc)
+			p = wasmbin.AppendU32(p, idx)
+		} else {
+			p = append(p, r.b[r.pos:r.pos+ins.Len]...)
+		}
+		r.pos += ins.Len
+		if ins.Op == wasmbin.OpEnd {
+			break
+		}
+	}
+	return p
+}
+
+func appendName(b []byte, s string) []byte {
+	b = wasmbin.AppendU32(b, uint32(len(s)))
+	return append(b, s...)
+}

@@ -1,0 +1,160 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// capture keeps the first max bytes written to it and copies what it keeps
+// to tee. Past max it either drops the rest (the guest is told the write
+// succeeded, so a chatty program is not disturbed) or, with stop set,
+// stops the run with ErrOutputLimit.
+type capture struct {
+	buf       bytes.Buffer
+	max       int
+	total     int64 // bytes the guest wrote, kept or not
+	truncated bool
+	tee       io.Writer
+	teeErr    error
+	stop      func(error) // nil: truncate silently
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	n := len(p)
+	c.total += int64(n)
+	if room := c.max - c.buf.Len(); len(p) > room {
+		p = p[:room]
+		c.truncated = true
+	}
+	c.buf.Write(p)
+	if c.tee != nil && c.teeErr == nil && len(p) > 0 {
+		_, c.teeErr = c.tee.Write(p)
+	}
+	if c.truncated && c.stop != nil {
+		c.stop(ErrOutputLimit)
+		return len(p), ErrOutputLimit
+	}
+	return n, nil
+}
+
+// stdinReader lets a run's deadline interrupt a guest blocked reading
+// stdin. In-memory readers cannot block and are read directly; any other
+// reader is read on a helper goroutine, which, if the run ends while a Read
+// is blocked, finishes when that Read returns.
+type stdinReader struct {
+	ctx     context.Context
+	r       io.Reader
+	pending chan readResult // the helper's answer to an unfinished Read
+}
+
+type readResult struct {
+	b   []byte
+	err error
+}
+
+func newStdin(ctx context.Context, r io.Reader) io.Reader {
+	switch r.(type) {
+	case nil:
+		return bytes.NewReader(nil)
+	case *bytes.Reader, *strings.Reader, *bytes.Buffer:
+		return r
+	}
+	return &stdinReader{ctx: ctx, r: r}
+}
+
+func (s *stdinReader) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if s.pending == nil {
+		ch := make(chan readResult, 1)
+		s.pending = ch
+		buf := make([]byte, len(p))
+		go func() {
+			n, err := s.r.Read(buf)
+			ch <- readResult{buf[:n], err}
+		}()
+	}
+	select {
+	case res := <-s.pending:
+		s.pending = nil
+		n := copy(p, res.b)
+		if n < len(res.b) {
+			// p shrank since the Read was started; keep the rest.
+			rest := res.b[n:]
+			s.r = io.MultiReader(bytes.NewReader(rest), s.r)
+		}
+		return n, res.err
+	case <-s.ctx.Done():
+		return 0, s.ctx.Err()
+	}
+}
+
+// sleeper returns a nanosleep that really sleeps, but wakes as soon as ctx
+// is done, and adds the time slept to *slept.
+func sleeper(ctx context.Context, slept *time.Duration) sys.Nanosleep {
+	return func(ns int64) {
+		if ns <= 0 {
+			return
+		}
+		t := time.NewTimer(time.Duration(ns))
+		defer t.Stop()
+		start := time.Now()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		*slept += time.Since(start)
+	}
+}
+
+// DeterministicEpoch is the wall clock's start in deterministic mode.
+var DeterministicEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// deterministicClock is a clock that advances with the fuel the run has
+// used (one nanosecond per unit) and the time it asked to sleep, so that
+// it reads the same at the same point of every run.
+type deterministicClock struct {
+	r     *runState
+	slept time.Duration
+}
+
+func (c *deterministicClock) elapsed() int64 { return c.r.fuelUsed() + int64(c.slept) }
+
+func (c *deterministicClock) walltime() (int64, int32) {
+	t := DeterministicEpoch.Add(time.Duration(c.elapsed()))
+	return t.Unix(), int32(t.Nanosecond())
+}
+
+func (c *deterministicClock) nanotime() int64 { return c.elapsed() }
+
+// sleep sleeps for real, bounded by the run's context, but advances the
+// clock by exactly the time asked for.
+func (c *deterministicClock) sleep(ctx context.Context) sys.Nanosleep {
+	var real time.Duration
+	s := sleeper(ctx, &real)
+	return func(ns int64) {
+		s(ns)
+		if ns > 0 {
+			c.slept += time.Duration(ns)
+		}
+	}
+}
+
+// seededRand is a deterministic random source for deterministic mode.
+func seededRand(seed uint64) io.Reader {
+	var key [32]byte
+	copy(key[8:], "fumehood deterministic mode")
+	binary.LittleEndian.PutUint64(key[:8], seed)
+	return rand.NewChaCha8(key)
+}
+
+var errNoFuel = errors.New("sandbox: deterministic mode needs a guest with fuel")

@@ -1,0 +1,266 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/fumehood/fumehood/internal/fuel"
+)
+
+// Errors for the limits that stop a run. A run stopped by its deadline or
+// a cancel returns the context's error (context.DeadlineExceeded or
+// context.Canceled) instead.
+var (
+	// ErrFuelExhausted reports a run that used up its fuel budget.
+	ErrFuelExhausted = errors.New("sandbox: fuel exhausted")
+	// ErrMemoryLimit reports a run that failed after its linear memory
+	// reached the memory limit.
+	ErrMemoryLimit = errors.New("sandbox: memory limit reached")
+	// ErrOutputLimit reports a run stopped because it wrote more than
+	// MaxOutput bytes to stdout or stderr with StopAtOutputLimit set.
+	ErrOutputLimit = errors.New("sandbox: output limit reached")
+)
+
+const (
+	// DefaultFuel is the fuel budget of a run that sets none. Fuel counts
+	// WebAssembly instructions (block markers, nop and drop are free);
+	// CPython executes roughly 0.5 to 1 billion of them a second here, so
+	// the default allows minutes of pure computation and the default
+	// deadline is usually the bound that binds first.
+	DefaultFuel = 100_000_000_000
+	// UnlimitedFuel as Config.Fuel lifts the fuel bound.
+	UnlimitedFuel = math.MaxInt64
+)
+
+// fuelChunk is the most fuel the guest's global holds at a time: the
+// guest calls out_of_fuel at least once a chunk (a few milliseconds), which
+// gives the Go runtime a safe point. Without one, a garbage collection's
+// stop-the-world phase waits for a guest in a long loop, stalling the whole
+// process, and a deadline would be checked only when the budget ran out.
+const fuelChunk = 1 << 24
+
+// poison is written into the fuel global to stop a guest: the next check
+// at a function entry or loop header calls out_of_fuel. Subtracting any
+// realistic cost from it cannot overflow.
+const poison = -(int64(1) << 62)
+
+// runKey finds a run's state in the context passed to the guest.
+type runKey struct{}
+
+// runState is what the host side of one run shares between the guest's
+// goroutine (host calls: out_of_fuel, clocks, output) and the watchdog.
+type runState struct {
+	ctx    context.Context
+	refill func(used int64) int64
+
+	mu      sync.Mutex
+	fuel    api.MutableGlobal // nil for guests built without fuel
+	budget  int64             // the fuel the run may use, refills included
+	granted int64             // fuel put into the global in total
+	stopped error             // why the host stopped the run, if it did
+	final   int64             // the global's value when the run was stopped
+
+	// The run's clocks and sleep, for poll_oneoff.
+	walltime func() (int64, int32)
+	nanotime func() int64
+	sleep    func(ns int64)
+}
+
+// stop records why the run must end and poisons the fuel so that the guest
+// reaches out_of_fuel at its next check. The first reason wins.
+func (r *runState) stop(reason error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopLocked(reason)
+}
+
+func (r *runState) stopLocked(reason error) {
+	if r.stopped == nil {
+		r.stopped = reason
+		if r.fuel != nil {
+			r.final = int64(r.fuel.Get())
+		}
+	}
+	if r.fuel != nil {
+		r.fuel.Set(api.EncodeI64(poison))
+	}
+}
+
+// fuelUsed returns the fuel spent so far.
+func (r *runState) fuelUsed() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fuelUsedLocked()
+}
+
+func (r *runState) fuelUsedLocked() int64 {
+	if r.fuel == nil {
+		return 0
+	}
+	remaining := r.final
+	if r.stopped == nil {
+		remaining = int64(r.fuel.Get())
+	}
+	used := r.granted - remaining
+	return min(max(used, 0), r.granted)
+}
+
+// arm puts the first chunk of the budget into the guest's fuel global.
+func (r *runState) arm(g api.MutableGlobal, budget int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fuel, r.budget = g, budget
+	r.fuel.Set(0)
+	r.topUpLocked()
+}
+
+// topUpLocked moves up to a chunk of the unspent budget into the global
+// and reports whether the guest may go on.
+func (r *runState) topUpLocked() bool {
+	remaining := int64(r.fuel.Get())
+	used := r.granted - remaining
+	give := min(int64(fuelChunk), r.budget-r.granted)
+	if give > 0 {
+		r.granted += give
+		remaining += give
+		r.fuel.Set(uint64(remaining))
+	}
+	return remaining >= 0 && used < r.budget
+}
+
+// outOfFuel is the guest's fumehood.out_of_fuel import: it runs on the
+// guest's goroutine when the fuel global went negative, at least once a
+// chunk.
+func outOfFuel(ctx context.Context, _ api.Module) {
+	r, _ := ctx.Value(runKey{}).(*runState)
+	if r == nil {
+		panic(errors.New("sandbox: out_of_fuel called outside a run"))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		if r.stopped == nil && r.ctx.Err() != nil {
+			r.stopLocked(r.ctx.Err())
+		}
+		if r.stopped != nil {
+			panic(r.stopped)
+		}
+		if r.topUpLocked() {
+			return
+		}
+		if r.granted < r.budget {
+			continue // the overdraft took more than a chunk
+		}
+		// The budget is spent: ask for more.
+		var more int64
+		if r.refill != nil {
+			used := r.granted - int64(r.fuel.Get())
+			r.mu.Unlock()
+			more = r.refill(used)
+			r.mu.Lock()
+		}
+		if more <= 0 || r.stopped != nil {
+			r.stopLocked(ErrFuelExhausted)
+			panic(r.stopped)
+		}
+		r.budget = min(r.budget+more, math.MaxInt64-fuelChunk)
+	}
+}
+
+// instantiateFuelHost adds the fumehood host module to rt.
+func instantiateFuelHost(ctx context.Context, rt wazero.Runtime) error {
+	_, err := rt.NewHostModuleBuilder(fuel.ImportModule).
+		NewFunctionBuilder().WithFunc(outOfFuel).Export(fuel.ImportName).
+		Instantiate(ctx)
+	return err
+}
+
+// watch stops the run when ctx is done, until done is closed. The guest may
+// be between reading and writing the fuel global, overwriting one poison
+// with its own value, so the poison is written again every millisecond.
+func (r *runState) watch(ctx context.Context, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	r.stop(ctx.Err())
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			r.stop(ctx.Err())
+		}
+	}
+}
+
+// linearMemory backs a guest's linear memory and refuses to grow it past
+// a limit, so one run's memory bound does not depend on the runtime's.
+type linearMemory struct {
+	buf   []byte
+	limit uint64
+	// peak is the largest size the memory had; refused counts growth
+	// attempts refused for the limit. Both are read after the run.
+	peak    uint64
+	refused int
+}
+
+func (m *linearMemory) Reallocate(size uint64) []byte {
+	if size > m.limit && len(m.buf) > 0 {
+		m.refused++
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+	} else {
+		// Grow geometrically within the limit, so a guest growing page by
+		// page does not copy its memory every time.
+		c := max(size, min(2*uint64(cap(m.buf)), m.limit))
+		nb := make([]byte, size, c)
+		copy(nb, m.buf)
+		m.buf = nb
+	}
+	m.peak = max(m.peak, size)
+	return m.buf
+}
+
+func (m *linearMemory) Free() { m.buf = nil }
+
+// memoryAllocator gives each instance of a run a linearMemory.
+type memoryAllocator struct {
+	limit uint64
+	mem   *linearMemory
+}
+
+func (a *memoryAllocator) Allocate(capacity, maximum uint64) experimental.LinearMemory {
+	a.mem = &linearMemory{limit: min(a.limit, maximum), buf: make([]byte, 0, min(capacity, a.limit))}
+	return a.mem
+}
+
+// ParseSize parses a byte size such as "256MiB", "64M", "1.5GB" or "4096".
+// K, M and G (and KiB, MiB, GiB) are powers of 1024; KB, MB and GB are
+// powers of 1000.
+func ParseSize(s string) (int64, error) {
+	num := strings.TrimRight(s, "KMGiB")
+	unit := s[len(num):]
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	mult, ok := map[string]float64{"": 1, "B": 1, "K": 1 << 10, "KB": 1e3, "KiB": 1 << 10, "M": 1 << 20, "MB": 1e6,
+		"MiB": 1 << 20, "G": 1 << 30, "GB": 1e9, "GiB": 1 << 30}[unit]
+	if err != nil || !ok || n < 0 || n*mult >= math.MaxInt64 || math.IsNaN(n) {
+		return 0, fmt.Errorf("sandbox: invalid size %q (want a number with an optional unit: K, M, G, KiB, MiB, GiB, KB, MB, GB)", s)
+	}
+	return int64(n * mult), nil
+}

@@ -1,0 +1,288 @@
+package sandbox_test
+
+import (
+	"context"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// healthy checks that the compiled guest still runs code correctly.
+func healthy(t *testing.T, py *sandbox.Guest) {
+	t.Helper()
+	res, err := py.Run(context.Background(), "print(sum(range(101)))", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "5050\n", string(res.Stdout))
+}
+
+func TestFuelStopsInfiniteLoop(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), "while True: pass", &sandbox.Config{Fuel: 1_000_000_000})
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	assert.Equal(t, -1, res.ExitCode)
+	assert.Equal(t, int64(1_000_000_000), res.FuelUsed)
+	healthy(t, py)
+}
+
+func TestFuelUsedIsReported(t *testing.T) {
+	py := testenv.Python(t)
+	small, err := py.Run(context.Background(), "pass", nil)
+	require.NoError(t, err)
+	big, err := py.Run(context.Background(), "sum(range(10**6))", nil)
+	require.NoError(t, err)
+	assert.Positive(t, small.FuelUsed)
+	assert.Greater(t, big.FuelUsed, small.FuelUsed+100_000_000, "a million additions cost fuel")
+}
+
+func TestRefillLetsComputationFinish(t *testing.T) {
+	py := testenv.Python(t)
+	var calls int
+	var lastUsed int64
+	res, err := py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.Config{
+		Fuel: 200_000_000,
+		Refill: func(used int64) int64 {
+			calls++
+			lastUsed = used
+			return 200_000_000
+		},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "8999955000050000\n", string(res.Stdout))
+	assert.Positive(t, calls, "the budget alone was too small")
+	assert.GreaterOrEqual(t, lastUsed, int64(200_000_000))
+	assert.Greater(t, res.FuelUsed, int64(200_000_000))
+
+	// A refill that declines ends the run.
+	calls = 0
+	_, err = py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.Config{
+		Fuel:   200_000_000,
+		Refill: func(int64) int64 { calls++; return 0 },
+	})
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	assert.Equal(t, 1, calls)
+}
+
+func TestDeepRecursionEndsCleanly(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), `
+import sys
+sys.setrecursionlimit(10**6)
+def f(n): return f(n + 1)
+f(0)
+`, &sandbox.Config{Fuel: 5_000_000_000})
+	require.Error(t, err)
+	assert.NotEqual(t, 0, res.ExitCode)
+	healthy(t, py)
+
+	// Deep nesting in C code paths: the parser and the JSON decoder.
+	res, err = py.Run(context.Background(), "import json\njson.loads('[' * 10**6)", &sandbox.Config{Fuel: 5_000_000_000})
+	require.Error(t, err)
+	assert.Contains(t, string(res.Stderr), "RecursionError")
+	healthy(t, py)
+}
+
+func TestMemoryLimit(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), "x = bytearray(2**30)", nil)
+	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+	var exit *sandbox.ExitError
+	require.ErrorAs(t, err, &exit, "the guest itself failed, with a MemoryError")
+	assert.Contains(t, string(res.Stderr), "MemoryError")
+	assert.True(t, res.MemoryLimitHit)
+	assert.LessOrEqual(t, res.PeakMemory, int64(sandbox.DefaultMemoryLimit))
+
+	// 2**31 is past what a 32-bit guest can index: a clean Python error.
+	_, err = py.Run(context.Background(), "x = bytearray(2**31)", nil)
+	require.ErrorAs(t, err, &exit)
+
+	// Growing a list until memory runs out.
+	res, err = py.Run(context.Background(), "l = []\nwhile True: l.append('x' * 100000)", &sandbox.Config{MemoryLimit: 64 << 20})
+	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+	assert.LessOrEqual(t, res.PeakMemory, int64(64<<20))
+
+	// A guest that catches MemoryError goes on, and the run succeeds.
+	res, err = py.Run(context.Background(), `
+try:
+    x = bytearray(100 * 2**20)
+except MemoryError:
+    print("refused")
+print(len(bytearray(2**20)))
+`, &sandbox.Config{MemoryLimit: 64 << 20})
+	require.NoError(t, err)
+	assert.Equal(t, "refused\n1048576\n", string(res.Stdout))
+	assert.True(t, res.MemoryLimitHit)
+
+	// A larger limit allows more.
+	res, err = py.Run(context.Background(), "print(len(bytearray(300 * 2**20)))", &sandbox.Config{MemoryLimit: 512 << 20})
+	require.NoError(t, err)
+	assert.Equal(t, "314572800\n", string(res.Stdout))
+	assert.Greater(t, res.PeakMemory, int64(300<<20))
+
+	// A limit below what the guest needs to start is refused up front.
+	_, err = py.Run(context.Background(), "pass", &sandbox.Config{MemoryLimit: 1 << 20})
+	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+	healthy(t, py)
+}
+
+func TestOutputLimit(t *testing.T) {
+	py := testenv.Python(t)
+	res, err := py.Run(context.Background(), "for i in range(100000): print(i)", &sandbox.Config{MaxOutput: 1000})
+	require.NoError(t, err, "by default output past the bound is dropped")
+	assert.Len(t, res.Stdout, 1000)
+	assert.True(t, res.StdoutTruncated)
+	assert.Greater(t, res.StdoutBytes, int64(500_000))
+
+	var streamed strings.Builder
+	res, err = py.Run(context.Background(), "while True: print('spam')", &sandbox.Config{MaxOutput: 1000, StopAtOutputLimit: true, Stdout: &streamed})
+	require.ErrorIs(t, err, sandbox.ErrOutputLimit)
+	assert.Len(t, res.Stdout, 1000)
+	assert.Equal(t, string(res.Stdout), streamed.String(), "the stream is bounded too")
+
+	res, err = py.Run(context.Background(), "import sys\nwhile True: sys.stderr.write('e' * 100)", &sandbox.Config{MaxOutput: 1000, StopAtOutputLimit: true})
+	require.ErrorIs(t, err, sandbox.ErrOutputLimit)
+	assert.True(t, res.StderrTruncated)
+	healthy(t, py)
+}
+
+const deterministicProgram = `
+import time, random, os
+print(time.time(), time.monotonic_ns() > 0)
+print(random.random(), os.urandom(4).hex())
+print(hash("fumehood"), list({"a", "b", "c", "d"}))
+print(sum(range(10**5)))
+print(time.time())
+`
+
+func TestDeterministicRuns(t *testing.T) {
+	py := testenv.Python(t)
+	var outs []string
+	var fuels []int64
+	for range 3 {
+		res, err := py.Run(context.Background(), deterministicProgram, &sandbox.Config{Deterministic: true, Seed: 7})
+		require.NoError(t, err)
+		outs = append(outs, string(res.Stdout))
+		fuels = append(fuels, res.FuelUsed)
+	}
+	assert.Equal(t, outs[0], outs[1])
+	assert.Equal(t, outs[0], outs[2])
+	assert.Equal(t, fuels[0], fuels[1], "identical fuel")
+	assert.Equal(t, fuels[0], fuels[2], "identical fuel")
+	assert.True(t, strings.HasPrefix(outs[0], "1704067200."), "the clock starts at the epoch: %s", outs[0])
+
+	other, err := py.Run(context.Background(), deterministicProgram, &sandbox.Config{Deterministic: true, Seed: 8})
+	require.NoError(t, err)
+	assert.NotEqual(t, outs[0], string(other.Stdout), "another seed, other random numbers")
+
+	real1, err := py.Run(context.Background(), deterministicProgram, nil)
+	require.NoError(t, err)
+	real2, err := py.Run(context.Background(), deterministicProgram, nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, string(real1.Stdout), string(real2.Stdout), "by default randomness is real")
+}
+
+func TestSleep(t *testing.T) {
+	py := testenv.Python(t)
+	base, err := py.Run(context.Background(), "import time", nil)
+	require.NoError(t, err)
+	res, err := py.Run(context.Background(), "import time\nt = time.monotonic()\ntime.sleep(0.3)\nprint(time.monotonic() - t >= 0.3)", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "True\n", string(res.Stdout))
+	assert.GreaterOrEqual(t, res.Duration, 300*time.Millisecond, "sleeping is wall time")
+	assert.Less(t, res.FuelUsed, base.FuelUsed+50_000_000, "sleeping costs no fuel")
+
+	// A deadline wakes a sleeping guest.
+	res, err = py.Run(context.Background(), "import time\ntime.sleep(60)", &sandbox.Config{Timeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, res.Duration, 10*time.Second, "the 60 s sleep was cut short")
+
+	// So does a cancel.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	res, err = py.Run(ctx, "import time\ntime.sleep(60)", nil)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, res.Duration, 10*time.Second)
+
+	// In deterministic mode the clock moves by exactly the time slept.
+	res, err = py.Run(context.Background(), "import time\nt = time.time()\ntime.sleep(0.25)\nprint(round(time.time() - t, 2))", &sandbox.Config{Deterministic: true})
+	require.NoError(t, err)
+	assert.Equal(t, "0.25\n", string(res.Stdout))
+}
+
+func TestDeadlineWhileBlockedOnStdin(t *testing.T) {
+	py := testenv.Python(t)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	res, err := py.Run(context.Background(), "import sys\nprint('waiting')\nsys.stdin.read()", &sandbox.Config{Stdin: pr, Timeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, "waiting\n", string(res.Stdout))
+	assert.Less(t, res.Duration, 10*time.Second)
+}
+
+func TestNoGoroutineGrowth(t *testing.T) {
+	py := testenv.Python(t)
+	g := goGuest(t)
+	ctx := context.Background()
+	// Warm up, then count.
+	_, err := g.Exec(ctx, &sandbox.Config{Args: []string{"args", "x"}})
+	require.NoError(t, err)
+	runtime.GC()
+	before := runtime.NumGoroutine()
+	for i := range 200 {
+		switch i % 4 {
+		case 0:
+			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"args", "x"}})
+			require.NoError(t, err)
+		case 1:
+			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"spin"}, Timeout: 5 * time.Millisecond})
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		case 2:
+			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"spin"}, Fuel: 10_000_000})
+			require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+		case 3:
+			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"cat"}, Stdin: io.MultiReader(strings.NewReader("a"), strings.NewReader("b"))})
+			require.NoError(t, err)
+		}
+	}
+	for range 10 {
+		_, err = py.Run(ctx, "while True: pass", &sandbox.Config{Timeout: 20 * time.Millisecond})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	// Goroutines that end asynchronously get a moment to do so.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before)
+}
+
+func TestGoGuestLimits(t *testing.T) {
+	g := goGuest(t)
+	res, err := g.Exec(context.Background(), &sandbox.Config{Args: []string{"spin"}, Fuel: 50_000_000})
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	assert.Equal(t, int64(50_000_000), res.FuelUsed)
+
+	res, err = g.Exec(context.Background(), &sandbox.Config{Args: []string{"write", "5000"}, MaxOutput: 100})
+	require.NoError(t, err)
+	assert.Len(t, res.Stdout, 100)
+	assert.Equal(t, int64(5000), res.StdoutBytes)
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "64K": 64 << 10, "256MiB": 256 << 20, "1.5GB": 1_500_000_000, "2G": 2 << 30, "10MB": 10_000_000} {
+		got, err := sandbox.ParseSize(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "abc", "-5M", "12XB", "NaN", "1e30G"} {
+		_, err := sandbox.ParseSize(bad)
+		assert.Error(t, err, bad)
+	}
+}
