@@ -99,6 +99,23 @@ func (in *instrumenter) scan(expr []byte) error {
 		ev = append(ev, event{off: off, kind: kind})
 		region = len(ev) - 1
 	}
+	// The open blocks, innermost last: whether each is a plain block and
+	// whether a branch targets it. The code after the end of a plain block
+	// that no branch targets is reached only by falling through, so it
+	// stays in the region it falls from instead of paying for a charge of
+	// its own; every other end starts a region.
+	frames := in.frames[:0]
+	target := func(label uint32) {
+		if label < uint32(len(frames)) {
+			frames[len(frames)-1-int(label)].targeted = true
+		}
+	}
+	targetAll := func() {
+		for i := range frames {
+			frames[i].targeted = true
+		}
+	}
+	defer func() { in.frames = frames }()
 	depth := 0
 	for pos := 0; ; {
 		if pos >= len(expr) {
@@ -111,14 +128,23 @@ func (in *instrumenter) scan(expr []byte) error {
 		next := pos + ins.Len
 		switch ins.Op {
 		case wasmbin.OpNop, wasmbin.OpDrop:
-		case wasmbin.OpBlock, wasmbin.OpTry, wasmbin.OpTryTable:
+		case wasmbin.OpBlock:
 			depth++
+			frames = append(frames, frame{block: true})
+		case wasmbin.OpTry, wasmbin.OpTryTable:
+			depth++
+			frames = append(frames, frame{})
+			if ins.Op == wasmbin.OpTryTable {
+				targetAll() // its catch clauses branch to labels
+			}
 		case wasmbin.OpLoop:
 			depth++
+			frames = append(frames, frame{})
 			open(next, evLoop)
 		case wasmbin.OpIf:
 			ev[region].val++
 			depth++
+			frames = append(frames, frame{})
 			open(next, evRegion)
 		case wasmbin.OpElse, wasmbin.OpCatch, wasmbin.OpCatchAll:
 			open(next, evRegion)
@@ -131,7 +157,25 @@ func (in *instrumenter) scan(expr []byte) error {
 				return nil
 			}
 			depth--
-			open(next, evRegion)
+			f := frames[len(frames)-1]
+			frames = frames[:len(frames)-1]
+			if ins.Op == wasmbin.OpDelegate {
+				targetAll()
+			}
+			if !f.block || f.targeted {
+				open(next, evRegion)
+			}
+		case opBr, opBrIf:
+			ev[region].val++
+			target(ins.Index)
+		case opBrTable:
+			ev[region].val++
+			if err := brTableTargets(expr[pos+1:next], target); err != nil {
+				return fmt.Errorf("offset %d: %w", pos, err)
+			}
+		case opBrOnNull, opBrOnNonNull:
+			ev[region].val++
+			targetAll()
 		case wasmbin.OpCall, wasmbin.OpReturnCall, wasmbin.OpRefFunc:
 			ev[region].val++
 			if ins.Index >= in.importedFuncs {
@@ -146,6 +190,39 @@ func (in *instrumenter) scan(expr []byte) error {
 		}
 		pos = next
 	}
+}
+
+// frame is an open block, loop, if or try during scan.
+type frame struct {
+	block    bool // a plain block
+	targeted bool // some branch targets its label
+}
+
+// Branch instructions whose targets decide where regions start.
+const (
+	opBr          wasmbin.Opcode = 0x0C
+	opBrIf        wasmbin.Opcode = 0x0D
+	opBrTable     wasmbin.Opcode = 0x0E
+	opBrOnNull    wasmbin.Opcode = 0xD5
+	opBrOnNonNull wasmbin.Opcode = 0xD6
+)
+
+// brTableTargets calls target for each label of a br_table's immediates.
+func brTableTargets(imm []byte, target func(uint32)) error {
+	count, n, err := wasmbin.U32(imm)
+	if err != nil {
+		return err
+	}
+	pos := n
+	for i := uint64(0); i <= uint64(count); i++ {
+		label, n, err := wasmbin.U32(imm[pos:])
+		if err != nil {
+			return err
+		}
+		target(label)
+		pos += n
+	}
+	return nil
 }
 
 // emit appends to out the expression with the events in in.events applied.

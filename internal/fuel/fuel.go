@@ -105,6 +105,7 @@ type instrumenter struct {
 
 	// Scratch space reused across function bodies.
 	events []event
+	frames []frame
 	body   []byte
 	charge []byte // global.get $fuel; i64.const; the cost goes after
 	sub    []byte // i64.sub; global.set $fuel

@@ -101,6 +101,21 @@ func TestRegions(t *testing.T) {
 		want: cat(noLocals, charge(2), check, []byte{opBlock, empty}, br(0), i32Const(1), []byte{opDrop, end},
 			charge(1), i32Const(2), []byte{opDrop, end}),
 	}, {
+		name: "after a block no branch targets, the region runs on",
+		code: [][]byte{block(i32Const(1), []byte{opDrop}), i32Const(2), {opDrop}},
+		want: cat(noLocals, charge(2), check, []byte{opBlock, empty}, i32Const(1), []byte{opDrop, end},
+			i32Const(2), []byte{opDrop, end}),
+	}, {
+		name: "a branch from a nested block targets the outer one",
+		code: [][]byte{block(block(br(1)), i32Const(1), []byte{opDrop}), i32Const(2), {opDrop}},
+		want: cat(noLocals, charge(2), check, []byte{opBlock, empty, opBlock, empty}, br(1), []byte{end},
+			i32Const(1), []byte{opDrop, end}, charge(1), i32Const(2), []byte{opDrop, end}),
+	}, {
+		name: "br_table targets every label it names",
+		code: [][]byte{block(block(i32Const(0), []byte{0x0E, 1, 0, 1})), i32Const(2), {opDrop}},
+		want: cat(noLocals, charge(2), check, []byte{opBlock, empty, opBlock, empty}, i32Const(0), []byte{0x0E, 1, 0, 1, end},
+			[]byte{end}, charge(1), i32Const(2), []byte{opDrop, end}),
+	}, {
 		name: "if without else inside a loop",
 		code: [][]byte{loop(i32Const(0), []byte{opIf, empty}, br(1), []byte{end})},
 		want: cat(noLocals, check, []byte{opLoop, empty}, charge(2), check, i32Const(0), []byte{opIf, empty},
