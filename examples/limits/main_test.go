@@ -1,0 +1,19 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLimits(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), &out))
+	assert.Regexp(t, `^fuel: 2666646666700000 after [1-5] grants, \d+ used
+deadline: stopped, exit code -1
+memory: refused, the guest said "MemoryError"
+$`, out.String())
+}
