@@ -79,7 +79,7 @@ func CacheDir(dir string) (string, error) {
 // Their names and versions are part of the cache key.
 var Steps = []pipeline.Step{
 	{Name: "strip-debug", Version: 1, Apply: stripDebug},
-	{Name: "fuel", Version: 2, Apply: meterFuel},
+	{Name: "fuel", Version: 3, Apply: meterFuel},
 }
 
 // meterFuel instruments the guest with fuel metering, which is both its CPU

@@ -16,20 +16,33 @@
 //     when it starts, so a branch, return or trap that leaves it early has
 //     paid for all of it. The charge is still deterministic: the same run
 //     uses the same fuel.
-//   - At function entry and at each loop header (which costs at least 1 per
-//     iteration), after the subtraction, the code calls the import if the
-//     fuel is negative. The host then either refills the global (through
-//     api.MutableGlobal) and returns, so the guest goes on where it was, or
-//     ends the run, for example by panicking with an error, which wazero
-//     returns from the call.
+//   - To run fewer charges, some costs are paid by an earlier region that
+//     runs at least as often, within one pass through the function or loop
+//     body: the code after a block, loop or if that is left only through
+//     its end continues the region that opened it, if that region reaches
+//     it whenever it runs; the code after a block entered only by br and by
+//     falling through, from regions that reach the branch or the end
+//     whenever they run, is paid by those regions; the cheaper arm's cost
+//     of an if and else is paid before the if. A function that no export,
+//     table, reference or start names is entered only by call or
+//     return_call, so the region holding each call pays for the callee's
+//     entry region. A cost moved this way is paid whenever its code runs,
+//     and also when the paying region branches or returns before it.
+//   - At each loop header (which costs at least 1 per iteration), and at
+//     the entry of each function that calls any function (which only such
+//     a function can do in a recursion), after the subtraction, the
+//     code calls the import if the fuel is negative. The host then either
+//     refills the global (through api.MutableGlobal) and returns, so the
+//     guest goes on where it was, or ends the run, for example by
+//     panicking with an error, which wazero returns from the call.
 //
 // As the global starts at 0, the guest asks for fuel at the first check
 // after it has done any work, which may be in the start function during
 // instantiation: the host grants the budget from out_of_fuel (see the
 // example). The fuel a run used is the sum of what the host granted minus the
 // final value of the global. The global may end below zero: between two
-// checks the guest enters no function and starts no loop iteration, but it
-// does not stop at zero either.
+// checks the guest starts no loop iteration and enters no function that
+// could recur, but it does not stop at zero either.
 //
 // Adding the import shifts the index of every function the module defines
 // by one; Instrument fixes every reference: calls, ref.func, element
@@ -105,11 +118,22 @@ type instrumenter struct {
 
 	// Scratch space reused across function bodies.
 	events []event
-	frames []frame
-	body   []byte
-	charge []byte // global.get $fuel; i64.const; the cost goes after
-	sub    []byte // i64.sub; global.set $fuel
-	check  []byte // the test and the call to out_of_fuel
+	preds  []int // predecessors of regions, see event
+
+	// What the first pass over the code section found, by defined
+	// function: the cost of its entry region, and whether it calls any
+	// function (only such a function can recur).
+	entryCost []int64
+	calls     []bool
+	escaped   map[uint32]bool // see escape
+
+	makesCalls bool // the function being scanned calls a function
+	entryCheck bool // the function being emitted checks on entry
+	frames     []frame
+	body       []byte
+	charge     []byte // global.get $fuel; i64.const; the cost goes after
+	sub        []byte // i64.sub; global.set $fuel
+	check      []byte // the test and the call to out_of_fuel
 }
 
 func (in *instrumenter) instrument(m *wasmbin.Module) error {
@@ -163,7 +187,19 @@ func (in *instrumenter) funcIndex(i uint32) (uint32, error) {
 	if i == math.MaxUint32 {
 		return 0, fmt.Errorf("%w: function index %d out of range", wasmbin.ErrMalformed, i)
 	}
+	in.escape(i)
 	return i + 1, nil
+}
+
+// escape records that the defined function i (an input index) may be
+// called other than by call or return_call: through a table, a reference,
+// an export or as the start function. Every use of a function index but
+// those two instructions goes through funcIndex, which calls escape.
+func (in *instrumenter) escape(i uint32) {
+	if in.escaped == nil {
+		in.escaped = make(map[uint32]bool)
+	}
+	in.escaped[i] = true
 }
 
 // types returns the index of a [] -> [] function type, adding one if needed.

@@ -39,21 +39,46 @@ func TestInstrumentWholeModule(t *testing.T) {
 		section(wasmbin.SectionFunction, vec(u32(0))),
 		section(wasmbin.SectionGlobal, vec(globalEntry(i64, true, constExpr(i64Const(0))))),
 		section(wasmbin.SectionExport, vec(exportFunc("f", 1), cat(str("fumehood_fuel"), []byte{0x03}, u32(0)))),
-		section(wasmbin.SectionCode, vec(fn(nil, charge(3), check, i32Const(1), i32Const(2), []byte{i32Add}))),
+		section(wasmbin.SectionCode, vec(fn(nil, charge(3), i32Const(1), i32Const(2), []byte{i32Add}))),
 	)
 	got, err := Instrument(in)
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 }
 
+func TestCallerPaysForCalleeEntry(t *testing.T) {
+	// Function 0, exported, calls 1 and 2; 1 is also in a table, 2 only
+	// called. All three have type [] -> [].
+	callee := [][]byte{i32Const(1), {opDrop}, i32Const(2), {opDrop}}
+	in := module(
+		section(wasmbin.SectionType, vec(functype(nil, nil))),
+		section(wasmbin.SectionFunction, vec(u32(0), u32(0), u32(0))),
+		section(wasmbin.SectionTable, vec(cat([]byte{funcref, 0}, u32(1)))),
+		section(wasmbin.SectionExport, vec(exportFunc("f", 0))),
+		section(wasmbin.SectionElement, vec(cat(u32(0), constExpr(i32Const(0)), vec(u32(1))))),
+		section(wasmbin.SectionCode, vec(fn(nil, call(1), call(2)), fn(nil, callee...), fn(nil, callee...))),
+	)
+	m, err := wasmbin.Parse(mustInstrument(t, in))
+	require.NoError(t, err)
+	// The caller pays 2 for the entry of function 2 (now 3), and is
+	// checked as it calls defined functions; the callees are not.
+	assert.Equal(t, vec(
+		fn(nil, charge(4), check, call(2), call(3)),
+		fn(nil, charge(2), cat(callee...)),
+		fn(nil, callee...),
+	), m.Section(wasmbin.SectionCode).Payload)
+}
+
 // instrumentBody instruments a module holding one [] -> [] function with the
-// given locals and code, and returns the function's instrumented body. The
-// fuel global and out_of_fuel both get index 0; the function gets index 1.
+// given locals and code, exported so that it pays for its own entry, and
+// returns the function's instrumented body. The fuel global and out_of_fuel
+// both get index 0; the function gets index 1.
 func instrumentBody(t *testing.T, locals []byte, code ...[]byte) []byte {
 	t.Helper()
 	out := mustInstrument(t, module(
 		section(wasmbin.SectionType, vec(functype(nil, nil))),
 		section(wasmbin.SectionFunction, vec(u32(0))),
+		section(wasmbin.SectionExport, vec(exportFunc("f", 0))),
 		section(wasmbin.SectionCode, vec(fn(locals, code...))),
 	))
 	m, err := wasmbin.Parse(out)
@@ -75,55 +100,66 @@ func TestRegions(t *testing.T) {
 		code [][]byte
 		want []byte // the instrumented body, locals included
 	}{{
-		name: "empty function is checked",
-		want: cat(noLocals, check, []byte{end}),
+		name: "a function that calls no function is not checked on entry",
+		want: cat(noLocals, []byte{end}),
 	}, {
 		name: "straight line, nop and drop are free",
 		code: [][]byte{i32Const(1), {opDrop, opNop}, i32Const(2), {opDrop}},
-		want: cat(noLocals, charge(2), check, i32Const(1), []byte{opDrop, opNop}, i32Const(2), []byte{opDrop, end}),
+		want: cat(noLocals, charge(2), i32Const(1), []byte{opDrop, opNop}, i32Const(2), []byte{opDrop, end}),
 	}, {
 		name: "if and else arms",
 		code: [][]byte{i32Const(1), {opIf, empty, opNop, opElse}, i32Const(2), {opDrop, end}},
-		want: cat(noLocals, charge(2), check, i32Const(1), []byte{opIf, empty},
+		want: cat(noLocals, charge(2), i32Const(1), []byte{opIf, empty},
 			[]byte{opNop, opElse}, charge(1), i32Const(2), []byte{opDrop, end, end}),
+	}, {
+		name: "the cheaper arm's cost is charged before the if",
+		code: [][]byte{i32Const(1), {opIf, empty}, i32Const(2), {opDrop, opElse}, i32Const(3), {opDrop}, i32Const(4), {opDrop, end}},
+		want: cat(noLocals, charge(3), i32Const(1), []byte{opIf, empty}, i32Const(2), []byte{opDrop, opElse},
+			charge(1), i32Const(3), []byte{opDrop}, i32Const(4), []byte{opDrop, end, end}),
 	}, {
 		name: "loop of free instructions costs 1",
 		code: [][]byte{loop()},
-		want: cat(noLocals, check, []byte{opLoop, empty}, charge(1), check, []byte{end, end}),
+		want: cat(noLocals, []byte{opLoop, empty}, charge(1), check, []byte{end, end}),
 	}, {
-		name: "loop header and the join after it",
+		name: "the code after a loop left only at its end is charged before the loop",
 		code: [][]byte{loop(i32Const(1), brIf(0)), {opNop}, i32Const(3), {opDrop}},
-		want: cat(noLocals, check, []byte{opLoop, empty}, charge(2), check, i32Const(1), brIf(0), []byte{end},
-			charge(1), []byte{opNop}, i32Const(3), []byte{opDrop, end}),
+		want: cat(noLocals, charge(1), []byte{opLoop, empty}, charge(2), check, i32Const(1), brIf(0), []byte{end},
+			[]byte{opNop}, i32Const(3), []byte{opDrop, end}),
 	}, {
-		name: "block body runs on, the join after it is charged",
+		name: "the code after a block left only at its end continues the region before it",
 		code: [][]byte{block(br(0), i32Const(1), []byte{opDrop}), i32Const(2), {opDrop}},
-		want: cat(noLocals, charge(2), check, []byte{opBlock, empty}, br(0), i32Const(1), []byte{opDrop, end},
-			charge(1), i32Const(2), []byte{opDrop, end}),
+		want: cat(noLocals, charge(3), []byte{opBlock, empty}, br(0), i32Const(1), []byte{opDrop, end},
+			i32Const(2), []byte{opDrop, end}),
 	}, {
 		name: "after a block no branch targets, the region runs on",
 		code: [][]byte{block(i32Const(1), []byte{opDrop}), i32Const(2), {opDrop}},
-		want: cat(noLocals, charge(2), check, []byte{opBlock, empty}, i32Const(1), []byte{opDrop, end},
+		want: cat(noLocals, charge(2), []byte{opBlock, empty}, i32Const(1), []byte{opDrop, end},
 			i32Const(2), []byte{opDrop, end}),
 	}, {
 		name: "a branch from a nested block targets the outer one",
 		code: [][]byte{block(block(br(1)), i32Const(1), []byte{opDrop}), i32Const(2), {opDrop}},
-		want: cat(noLocals, charge(2), check, []byte{opBlock, empty, opBlock, empty}, br(1), []byte{end},
-			i32Const(1), []byte{opDrop, end}, charge(1), i32Const(2), []byte{opDrop, end}),
+		want: cat(noLocals, charge(3), []byte{opBlock, empty, opBlock, empty}, br(1), []byte{end},
+			i32Const(1), []byte{opDrop, end}, i32Const(2), []byte{opDrop, end}),
 	}, {
 		name: "br_table targets every label it names",
 		code: [][]byte{block(block(i32Const(0), []byte{0x0E, 1, 0, 1})), i32Const(2), {opDrop}},
-		want: cat(noLocals, charge(2), check, []byte{opBlock, empty, opBlock, empty}, i32Const(0), []byte{0x0E, 1, 0, 1, end},
-			[]byte{end}, charge(1), i32Const(2), []byte{opDrop, end}),
+		want: cat(noLocals, charge(3), []byte{opBlock, empty, opBlock, empty}, i32Const(0), []byte{0x0E, 1, 0, 1, end},
+			[]byte{end}, i32Const(2), []byte{opDrop, end}),
+	}, {
+		name: "a join entered only by br is charged in the regions that branch",
+		code: [][]byte{block(i32Const(0), brIf(0), block(i32Const(1), []byte{opIf, empty}, br(1), []byte{opElse}, br(1), []byte{end}),
+			i32Const(7), []byte{opDrop})},
+		want: cat(noLocals, charge(4), []byte{opBlock, empty}, i32Const(0), brIf(0), []byte{opBlock, empty}, i32Const(1), []byte{opIf, empty},
+			charge(2), br(1), []byte{opElse}, charge(2), br(1), []byte{end, end}, i32Const(7), []byte{opDrop, end, end}),
 	}, {
 		name: "if without else inside a loop",
 		code: [][]byte{loop(i32Const(0), []byte{opIf, empty}, br(1), []byte{end})},
-		want: cat(noLocals, check, []byte{opLoop, empty}, charge(2), check, i32Const(0), []byte{opIf, empty},
+		want: cat(noLocals, []byte{opLoop, empty}, charge(2), check, i32Const(0), []byte{opIf, empty},
 			charge(1), br(1), []byte{end, end, end}),
 	}, {
 		name: "unreachable code after return is charged with its region",
 		code: [][]byte{{opReturn}, i32Const(1), {opDrop}},
-		want: cat(noLocals, charge(2), check, []byte{opReturn}, i32Const(1), []byte{opDrop, end}),
+		want: cat(noLocals, charge(2), []byte{opReturn}, i32Const(1), []byte{opDrop, end}),
 	}, {
 		name: "calls and ref.func get shifted indices",
 		code: [][]byte{call(0), refFunc(0), {opDrop}},
@@ -138,7 +174,7 @@ func TestRegions(t *testing.T) {
 	t.Run("locals are kept", func(t *testing.T) {
 		locals := vec(cat(u32(2), []byte{i32}), cat(u32(300), []byte{i64}))
 		got := instrumentBody(t, locals, i32Const(7), localSet(1))
-		assert.Equal(t, cat(locals, charge(2), check, i32Const(7), localSet(1), []byte{end}), got)
+		assert.Equal(t, cat(locals, charge(2), i32Const(7), localSet(1), []byte{end}), got)
 	})
 }
 
