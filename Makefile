@@ -22,8 +22,11 @@ test: guest
 	$(GO) test ./...
 
 # Short fuzzing runs of everything that parses untrusted bytes.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzParse -fuzztime 30s
+	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/fuel -run '^$$' -fuzz FuzzInstrument -fuzztime $(FUZZTIME)
+	$(GO) test ./wasi -run '^$$' -fuzz FuzzResolve -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
 clean:
 	rm -rf bin

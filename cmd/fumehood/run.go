@@ -9,6 +9,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/fumehood/fumehood/guests/python"
@@ -29,6 +31,45 @@ func (e envFlag) Set(s string) error {
 	return nil
 }
 
+// mountFlags collects --mount and --volume flags.
+type mountFlags []sandbox.Mount
+
+func (m *mountFlags) add(volume bool) func(string) error {
+	return func(v string) error {
+		readOnly := false
+		if rest, ok := strings.CutSuffix(v, ":ro"); ok && !volume {
+			v, readOnly = rest, true
+		} else if rest, ok := strings.CutSuffix(v, ":rw"); ok && !volume {
+			v = rest
+		}
+		host, guest, ok := strings.Cut(v, ":")
+		if !ok || host == "" || !strings.HasPrefix(guest, "/") {
+			return fmt.Errorf("want HOSTDIR:/GUEST/DIR, got %q", v)
+		}
+		dir, err := filepath.Abs(host)
+		if err != nil {
+			return err
+		}
+		if volume {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", host)
+		}
+		mt := sandbox.Mount{Path: path.Clean(guest), FS: sandbox.HostDir(dir), ReadOnly: readOnly}
+		if !readOnly {
+			mt.Quota = sandbox.DefaultVolumeQuota
+		}
+		*m = append(*m, mt)
+		return nil
+	}
+}
+
+// fileFlag is one --file flag.
+type fileFlag struct{ host, guest string }
+
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -48,6 +89,18 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
 	env := envFlag{}
 	fs.Var(env, "env", "set a guest environment variable, KEY=VALUE (repeatable)")
+	var mounts mountFlags
+	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro] (repeatable)", mounts.add(false))
+	fs.Func("volume", "mount a persistent read-write volume, DIR:GUESTDIR; DIR is created if missing (repeatable)", mounts.add(true))
+	var files []fileFlag
+	fs.Func("file", "copy a host file into the sandbox before the run, HOSTFILE:GUESTPATH (repeatable)", func(v string) error {
+		host, guest, ok := strings.Cut(v, ":")
+		if !ok || host == "" || !strings.HasPrefix(guest, "/") {
+			return fmt.Errorf("want HOSTFILE:/GUEST/PATH, got %q", v)
+		}
+		files = append(files, fileFlag{host, guest})
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -122,7 +175,24 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	defer py.Close(context.WithoutCancel(ctx))
 
-	res, err := py.Run(ctx, src, cfg)
+	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: mounts})
+	if err != nil {
+		return 0, err
+	}
+	defer sb.Close()
+	for _, f := range files {
+		b, err := os.ReadFile(f.host)
+		if err != nil {
+			return 0, err
+		}
+		if err := sb.MkdirAll(path.Dir(f.guest)); err != nil {
+			return 0, err
+		}
+		if err := sb.WriteFile(f.guest, b); err != nil {
+			return 0, err
+		}
+	}
+	res, err := sb.Run(ctx, src, cfg)
 	if *stats && res != nil {
 		writeStats(stderr, res, err)
 	}

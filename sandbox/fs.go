@@ -1,0 +1,414 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/afero"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental/sys"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
+	sysapi "github.com/tetratelabs/wazero/sys"
+
+	"github.com/fumehood/fumehood/wasi"
+)
+
+// DefaultRootQuota bounds the in-memory root filesystem of a sandbox that
+// sets no quota of its own. The root lives in host memory, so it is bounded
+// like the guest's own memory.
+var DefaultRootQuota = wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
+
+// DefaultVolumeQuota is the quota the command line gives writable host
+// directories and volumes: generous, but a guest cannot fill the host's disk.
+var DefaultVolumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
+
+// Mount puts a filesystem at a guest path.
+type Mount struct {
+	// Path is where the guest sees the filesystem: an absolute, clean path
+	// such as "/data". A mount at "/" replaces the in-memory root.
+	Path string
+	// FS backs the mount: afero.NewMemMapFs for scratch space, HostDir for
+	// a directory of the host, Volume for persistent storage, or any other
+	// afero.Fs. Nothing outside it is reachable: ".." and symbolic links
+	// resolve inside it.
+	FS afero.Fs
+	// ReadOnly makes every change fail with EROFS (Python's OSError).
+	ReadOnly bool
+	// Quota bounds what the guest may store in the mount; a change past it
+	// fails with ENOSPC. The zero value sets no bound: give writable host
+	// mounts one.
+	Quota wasi.Quota
+}
+
+// HostDir returns a directory of the host as an afero.Fs, for a Mount.
+// Symbolic links in it are resolved inside it, never to the rest of the host.
+func HostDir(dir string) afero.Fs { return afero.NewBasePathFs(afero.NewOsFs(), dir) }
+
+// SandboxConfig describes a sandbox's filesystem. The zero value (or nil)
+// is a fresh in-memory root holding /tmp and /work, bounded by
+// DefaultRootQuota.
+type SandboxConfig struct {
+	// Mounts are put at their paths, in addition to the in-memory root
+	// (or instead of it, for a mount at "/").
+	Mounts []Mount
+	// RootQuota bounds the in-memory root; the zero value means
+	// DefaultRootQuota.
+	RootQuota wasi.Quota
+}
+
+// Sandbox is one clean room: a filesystem (a fresh in-memory root and the
+// mounts of its SandboxConfig) in which runs happen one after the other.
+// Files written by one run are there for the next, and for the host through
+// ReadFile and the other file methods, until Close. A Sandbox is not safe
+// for concurrent use; many sandboxes may share one Guest.
+type Sandbox struct {
+	g      *Guest
+	mounts []mounted // longest path first
+	fscfg  wazero.FSConfig
+	closed bool
+}
+
+type mounted struct {
+	path string
+	fs   *wasi.FS
+}
+
+// NewSandbox creates a sandbox whose runs use g.
+func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
+	var c SandboxConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	hasRoot := false
+	seen := map[string]bool{}
+	for _, m := range c.Mounts {
+		if !path.IsAbs(m.Path) || path.Clean(m.Path) != m.Path || strings.IndexByte(m.Path, 0) >= 0 {
+			return nil, fmt.Errorf("sandbox: mount path %q is not an absolute, clean path", m.Path)
+		}
+		if m.FS == nil {
+			return nil, fmt.Errorf("sandbox: mount %s has no filesystem", m.Path)
+		}
+		if seen[m.Path] {
+			return nil, fmt.Errorf("sandbox: two mounts at %s", m.Path)
+		}
+		seen[m.Path] = true
+		hasRoot = hasRoot || m.Path == "/"
+	}
+	mounts := c.Mounts
+	if !hasRoot {
+		q := c.RootQuota
+		if q == (wasi.Quota{}) {
+			q = DefaultRootQuota
+		}
+		root := afero.NewMemMapFs()
+		for _, dir := range []string{"/tmp", "/work"} {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
+	}
+	s := &Sandbox{g: g}
+	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
+	for _, m := range mounts {
+		fsys, err := wasi.NewFS(m.FS, wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota})
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)
+		}
+		fscfg = fscfg.WithSysFSMount(fsys, m.Path).(sysfs.FSConfig)
+		s.mounts = append(s.mounts, mounted{path: m.Path, fs: fsys})
+	}
+	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
+	s.fscfg = fscfg.(wazero.FSConfig)
+	return s, nil
+}
+
+// Run runs Python source code in the sandbox, as Guest.Run does.
+func (s *Sandbox) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return s.g.run(ctx, code, cfg, s.fscfg)
+}
+
+// Exec runs the guest's _start in the sandbox, as Guest.Exec does.
+func (s *Sandbox) Exec(ctx context.Context, cfg *Config) (*Result, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return s.g.execConfig(ctx, cfg, s.fscfg)
+}
+
+// Close discards the in-memory root. Mounted filesystems are left as they are.
+func (s *Sandbox) Close() error {
+	s.closed = true
+	s.mounts = nil
+	return nil
+}
+
+// lookup finds the mount holding the guest path name and the path inside it.
+func (s *Sandbox) lookup(op, name string) (*wasi.FS, string, error) {
+	if s.closed {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrClosed}
+	}
+	if !path.IsAbs(name) || strings.IndexByte(name, 0) >= 0 {
+		return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	clean := path.Clean(name)
+	for _, m := range s.mounts {
+		if rel, ok := within(clean, m.path); ok {
+			return m.fs, rel, nil
+		}
+	}
+	return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+}
+
+// within reports whether name is mount or below it, and the path relative to it.
+func within(name, mount string) (string, bool) {
+	if mount == "/" {
+		return strings.TrimPrefix(name, "/"), true
+	}
+	if name == mount {
+		return "", true
+	}
+	if rest, ok := strings.CutPrefix(name, mount+"/"); ok {
+		return rest, true
+	}
+	return "", false
+}
+
+// errnoError makes a sys.Errno match the io/fs errors.
+type errnoError struct{ errno sys.Errno }
+
+func (e errnoError) Error() string { return e.errno.Error() }
+
+func (e errnoError) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.errno == sys.ENOENT
+	case fs.ErrExist:
+		return e.errno == sys.EEXIST || e.errno == sys.ENOTEMPTY
+	case fs.ErrPermission:
+		return e.errno == sys.EPERM || e.errno == sys.EACCES || e.errno == sys.EROFS
+	case fs.ErrInvalid:
+		return e.errno == sys.EINVAL
+	}
+	return false
+}
+
+// Unwrap returns the errno.
+func (e errnoError) Unwrap() error { return e.errno }
+
+func pathErr(op, name string, errno sys.Errno) error {
+	return &fs.PathError{Op: op, Path: name, Err: errnoError{errno}}
+}
+
+// WriteFile writes data to the file name in the sandbox, creating it (but
+// not its directory) or truncating it. The guest's path rules and quotas
+// apply.
+func (s *Sandbox) WriteFile(name string, data []byte) error {
+	fsys, rel, err := s.lookup("write", name)
+	if err != nil {
+		return err
+	}
+	f, errno := fsys.OpenFile(rel, sys.O_WRONLY|sys.O_CREAT|sys.O_TRUNC, 0o644)
+	if errno != 0 {
+		return pathErr("write", name, errno)
+	}
+	for len(data) > 0 {
+		n, errno := f.Write(data)
+		if errno != 0 {
+			f.Close()
+			return pathErr("write", name, errno)
+		}
+		data = data[n:]
+	}
+	if errno := f.Close(); errno != 0 {
+		return pathErr("write", name, errno)
+	}
+	return nil
+}
+
+// ReadFile returns the content of the file name in the sandbox.
+func (s *Sandbox) ReadFile(name string) ([]byte, error) {
+	fsys, rel, err := s.lookup("read", name)
+	if err != nil {
+		return nil, err
+	}
+	f, errno := fsys.OpenFile(rel, sys.O_RDONLY, 0)
+	if errno != 0 {
+		return nil, pathErr("read", name, errno)
+	}
+	defer f.Close()
+	if dir, _ := f.IsDir(); dir {
+		return nil, pathErr("read", name, sys.EISDIR)
+	}
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, errno := f.Read(buf)
+		if errno != 0 {
+			return nil, pathErr("read", name, errno)
+		}
+		if n == 0 {
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+	}
+}
+
+// FileInfo describes a file in a sandbox.
+type FileInfo struct {
+	name string
+	st   sysapi.Stat_t
+}
+
+var _ fs.FileInfo = FileInfo{}
+
+// Name is the file's base name.
+func (fi FileInfo) Name() string { return fi.name }
+
+// Size is the file's size in bytes.
+func (fi FileInfo) Size() int64 { return fi.st.Size }
+
+// Mode is the file's type and permission bits.
+func (fi FileInfo) Mode() fs.FileMode { return fi.st.Mode }
+
+// ModTime is the file's modification time.
+func (fi FileInfo) ModTime() time.Time { return time.Unix(0, fi.st.Mtim) }
+
+// IsDir reports whether the file is a directory.
+func (fi FileInfo) IsDir() bool { return fi.st.Mode.IsDir() }
+
+// Sys returns the underlying *sys.Stat_t of wazero.
+func (fi FileInfo) Sys() any { return &fi.st }
+
+// Stat describes the file name in the sandbox, following symbolic links.
+func (s *Sandbox) Stat(name string) (fs.FileInfo, error) {
+	fsys, rel, err := s.lookup("stat", name)
+	if err != nil {
+		return nil, err
+	}
+	st, errno := fsys.Stat(rel)
+	if errno != 0 {
+		return nil, pathErr("stat", name, errno)
+	}
+	return FileInfo{name: path.Base(path.Clean(name)), st: st}, nil
+}
+
+// ReadDir lists the directory name in the sandbox, sorted by name.
+func (s *Sandbox) ReadDir(name string) ([]fs.DirEntry, error) {
+	fsys, rel, err := s.lookup("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	f, errno := fsys.OpenFile(rel, sys.O_RDONLY|sys.O_DIRECTORY, 0)
+	if errno != 0 {
+		return nil, pathErr("readdir", name, errno)
+	}
+	defer f.Close()
+	dirents, errno := f.Readdir(-1)
+	if errno != 0 {
+		return nil, pathErr("readdir", name, errno)
+	}
+	out := make([]fs.DirEntry, 0, len(dirents))
+	for _, d := range dirents {
+		if d.Name == "." || d.Name == ".." {
+			continue
+		}
+		st, errno := fsys.Lstat(path.Join(rel, d.Name))
+		if errno != 0 {
+			return nil, pathErr("readdir", path.Join(name, d.Name), errno)
+		}
+		out = append(out, fs.FileInfoToDirEntry(FileInfo{name: d.Name, st: st}))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out, nil
+}
+
+// MkdirAll creates the directory name in the sandbox and any parents it lacks.
+func (s *Sandbox) MkdirAll(name string) error {
+	fsys, rel, err := s.lookup("mkdir", name)
+	if err != nil {
+		return err
+	}
+	if rel == "" {
+		return nil
+	}
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		errno := fsys.Mkdir(p, 0o755)
+		if errno == sys.EEXIST {
+			if st, errno := fsys.Stat(p); errno == 0 && st.Mode.IsDir() {
+				continue
+			}
+			return pathErr("mkdir", name, sys.ENOTDIR)
+		}
+		if errno != 0 {
+			return pathErr("mkdir", name, errno)
+		}
+	}
+	return nil
+}
+
+// Remove removes the file or empty directory name from the sandbox.
+func (s *Sandbox) Remove(name string) error {
+	fsys, rel, err := s.lookup("remove", name)
+	if err != nil {
+		return err
+	}
+	if rel == "" {
+		return pathErr("remove", name, sys.EPERM) // a mount root stays
+	}
+	errno := fsys.Unlink(rel)
+	if errno == sys.EISDIR || errno == sys.EPERM {
+		errno = fsys.Rmdir(rel)
+	}
+	if errno != 0 {
+		return pathErr("remove", name, errno)
+	}
+	return nil
+}
+
+// RemoveAll removes name and everything below it from the sandbox. A
+// missing name is not an error.
+func (s *Sandbox) RemoveAll(name string) error {
+	st, err := s.lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode.IsDir() {
+		entries, err := s.ReadDir(name)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := s.RemoveAll(path.Join(name, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return s.Remove(name)
+}
+
+func (s *Sandbox) lstat(name string) (sysapi.Stat_t, error) {
+	fsys, rel, err := s.lookup("lstat", name)
+	if err != nil {
+		return sysapi.Stat_t{}, err
+	}
+	st, errno := fsys.Lstat(rel)
+	if errno != 0 {
+		return st, pathErr("lstat", name, errno)
+	}
+	return st, nil
+}

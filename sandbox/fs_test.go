@@ -1,0 +1,270 @@
+package sandbox_test
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/spf13/afero"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/wasi"
+)
+
+func newSandbox(t *testing.T, cfg *sandbox.SandboxConfig) *sandbox.Sandbox {
+	t.Helper()
+	s, err := testenv.Python(t).NewSandbox(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func runOK(t *testing.T, s *sandbox.Sandbox, code string) string {
+	t.Helper()
+	res, err := s.Run(context.Background(), code, nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	return string(res.Stdout)
+}
+
+func TestPythonFilesInMemoryRoot(t *testing.T) {
+	s := newSandbox(t, nil)
+	out := runOK(t, s, `
+import os, shutil
+print(sorted(os.listdir("/")))
+with open("/work/a.txt", "w") as f:
+    f.write("hello\n")
+with open("/work/a.txt", "a") as f:
+    f.write("world\n")
+with open("/work/a.txt", "r+") as f:
+    f.seek(6)
+    print(repr(f.read()))
+    f.seek(0)
+    f.write("HELLO")
+os.rename("/work/a.txt", "/work/b.txt")
+os.makedirs("/work/x/y/z")
+open("/work/x/y/z/deep", "w").write("d")
+print(sorted(os.listdir("/work")), os.path.exists("/work/a.txt"))
+print(open("/work/b.txt").read(), end="")
+shutil.rmtree("/work/x")
+print(sorted(os.listdir("/work")))
+os.chdir("/tmp")
+open("rel.txt", "w").write("relative")
+print(os.getcwd(), open("/tmp/rel.txt").read())
+`)
+	assert.Equal(t, `['tmp', 'work']
+'world\n'
+['b.txt', 'x'] False
+HELLO
+world
+['b.txt']
+/tmp relative
+`, out)
+}
+
+func TestSandboxKeepsFilesBetweenRunsAndHostAPI(t *testing.T) {
+	s := newSandbox(t, nil)
+	require.NoError(t, s.MkdirAll("/work/in"))
+	require.NoError(t, s.WriteFile("/work/in/data.csv", []byte("a,b\n1,2\n3,4\n")))
+
+	out := runOK(t, s, `
+import csv
+rows = list(csv.DictReader(open("/work/in/data.csv")))
+total = sum(int(r["b"]) for r in rows)
+open("/work/out.txt", "w").write(str(total))
+print(len(rows))
+`)
+	assert.Equal(t, "2\n", out)
+	got, err := s.ReadFile("/work/out.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "6", string(got))
+
+	// The next run sees the files of the last one.
+	assert.Equal(t, "6\n", runOK(t, s, `print(open("/work/out.txt").read())`))
+
+	entries, err := s.ReadDir("/work")
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{"in", "out.txt"}, names)
+	assert.True(t, entries[0].IsDir())
+
+	fi, err := s.Stat("/work/out.txt")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), fi.Size())
+
+	require.NoError(t, s.Remove("/work/out.txt"))
+	_, err = s.ReadFile("/work/out.txt")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	require.NoError(t, s.RemoveAll("/work/in"))
+	_, err = s.Stat("/work/in")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+
+	// The host API follows the guest's path rules.
+	_, err = s.ReadFile("relative/path")
+	assert.ErrorIs(t, err, fs.ErrInvalid)
+	_, err = s.ReadFile("/work/../../../etc/passwd")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "the host's /etc/passwd is not the sandbox's")
+
+	// A new sandbox starts empty.
+	other := newSandbox(t, nil)
+	_, err = other.ReadFile("/work/in/data.csv")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestVolumePersistsAcrossSandboxes(t *testing.T) {
+	dir := t.TempDir()
+	vol := func() *sandbox.SandboxConfig {
+		return &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
+	}
+	s1 := newSandbox(t, vol())
+	runOK(t, s1, `
+import os
+os.makedirs("/data/notes", exist_ok=True)
+open("/data/notes/today.txt", "w").write("remember the milk")
+`)
+	require.NoError(t, s1.Close())
+
+	b, err := os.ReadFile(filepath.Join(dir, "notes", "today.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "remember the milk", string(b), "the volume is a real host directory")
+
+	s2 := newSandbox(t, vol())
+	assert.Equal(t, "remember the milk\n", runOK(t, s2, `print(open("/data/notes/today.txt").read())`))
+}
+
+func TestReadOnlyMountRefusesWrites(t *testing.T) {
+	src := afero.NewMemMapFs()
+	require.NoError(t, afero.WriteFile(src, "/ref.txt", []byte("reference"), 0o644))
+	s := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/ref", FS: src, ReadOnly: true}}})
+	out := runOK(t, s, `
+import errno, os
+print(open("/ref/ref.txt").read())
+for attempt in (lambda: open("/ref/ref.txt", "w"), lambda: open("/ref/new.txt", "w"),
+                lambda: os.remove("/ref/ref.txt"), lambda: os.mkdir("/ref/d"),
+                lambda: os.rename("/ref/ref.txt", "/ref/moved.txt")):
+    try:
+        attempt()
+        print("allowed")
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+`)
+	assert.Equal(t, "reference\nEROFS\nEROFS\nEROFS\nEROFS\nEROFS\n", out)
+	err := s.WriteFile("/ref/host.txt", []byte("x"))
+	assert.ErrorIs(t, err, fs.ErrPermission, "the host API respects read-only too")
+	b, err := afero.ReadFile(src, "/ref.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "reference", string(b))
+}
+
+func TestEscapesNeverReachTheHost(t *testing.T) {
+	outside := t.TempDir()
+	secret := "TOP-SECRET-" + filepath.Base(outside)
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret.txt"), []byte(secret), 0o644))
+	dir := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(dir, "abs-link")))
+	require.NoError(t, os.Symlink("../../../../../../../../"+outside, filepath.Join(dir, "rel-link")))
+	require.NoError(t, os.Symlink("/etc", filepath.Join(dir, "etc-link")))
+	require.NoError(t, os.Symlink("loop-b", filepath.Join(dir, "loop-a")))
+	require.NoError(t, os.Symlink("loop-a", filepath.Join(dir, "loop-b")))
+
+	s := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(dir)}}})
+	res, err := s.Run(context.Background(), `
+import os
+def attempt(label, f):
+    try:
+        print(label, "read", len(f()))
+    except OSError as e:
+        print(label, type(e).__name__)
+attempt("dotdot", lambda: open("/data/../../etc/passwd").read())
+attempt("abs", lambda: open("/data/abs-link/secret.txt").read())
+attempt("rel", lambda: open("/data/rel-link/secret.txt").read())
+attempt("etc", lambda: open("/data/etc-link/passwd").read())
+attempt("loop", lambda: open("/data/loop-a").read())
+os.chdir("/data")
+for _ in range(50):
+    try:
+        os.chdir("..")
+    except OSError:
+        pass
+print("cwd", os.getcwd(), sorted(os.listdir(".")))
+attempt("up-data", lambda: os.listdir("/data/../.."))
+attempt("up-root", lambda: os.listdir("/../../.."))
+for root, dirs, files in os.walk("/"):
+    for name in files:
+        try:
+            data = open(os.path.join(root, name), "rb").read()
+        except OSError:
+            continue
+        if b"TOP-SECRET" in data:
+            print("LEAK", os.path.join(root, name))
+`, nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	out := string(res.Stdout)
+	assert.NotContains(t, out, secret)
+	assert.NotContains(t, out, "LEAK")
+	assert.Contains(t, out, "dotdot PermissionError")
+	assert.Contains(t, out, "abs FileNotFoundError")
+	assert.Contains(t, out, "rel FileNotFoundError")
+	assert.Contains(t, out, "etc FileNotFoundError")
+	assert.Contains(t, out, "loop OSError")
+	assert.Regexp(t, `cwd (/|/data) \[`, out)
+	// wasi-libc hands ".." to the mount it starts from; going above a
+	// mount's root is refused.
+	assert.Contains(t, out, "up-data PermissionError")
+	assert.Contains(t, out, "up-root PermissionError")
+}
+
+func TestQuotaIsOSError(t *testing.T) {
+	s := newSandbox(t, &sandbox.SandboxConfig{RootQuota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
+	out := runOK(t, s, `
+import errno, os
+try:
+    with open("/work/big", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * 65536)
+except OSError as e:
+    print("bytes", errno.errorcode[e.errno])
+print(os.path.getsize("/work/big") <= 1 << 20)
+os.remove("/work/big")
+try:
+    for i in range(100):
+        open(f"/work/f{i}", "w").close()
+except OSError as e:
+    print("files", errno.errorcode[e.errno], i)
+`)
+	// wazero v1.12 has no ENOSPC in its errno set and reports EIO for it.
+	assert.Equal(t, "bytes EIO\nTrue\nfiles EIO 48\n", out)
+	// The host is unaffected and the sandbox still works once space is freed.
+	require.NoError(t, s.RemoveAll("/work"))
+	assert.Equal(t, "ok\n", runOK(t, s, `import os; os.makedirs("/work"); open("/work/x", "w").write("1"); print("ok")`))
+}
+
+func TestSandboxesAreIsolated(t *testing.T) {
+	a := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(t.TempDir())}}})
+	b := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(t.TempDir())}}})
+	runOK(t, a, `open("/data/a-only", "w").write("a"); open("/work/a-root", "w").write("a")`)
+	out := runOK(t, b, `import os; print(os.listdir("/data"), os.listdir("/work"))`)
+	assert.Equal(t, "[] []\n", out)
+}
+
+func TestSandboxConfigErrors(t *testing.T) {
+	py := testenv.Python(t)
+	for name, cfg := range map[string]*sandbox.SandboxConfig{
+		"relative path": {Mounts: []sandbox.Mount{{Path: "data", FS: afero.NewMemMapFs()}}},
+		"unclean path":  {Mounts: []sandbox.Mount{{Path: "/data/../x", FS: afero.NewMemMapFs()}}},
+		"no fs":         {Mounts: []sandbox.Mount{{Path: "/data"}}},
+		"twice":         {Mounts: []sandbox.Mount{{Path: "/d", FS: afero.NewMemMapFs()}, {Path: "/d", FS: afero.NewMemMapFs()}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := py.NewSandbox(cfg)
+			assert.Error(t, err)
+		})
+	}
+}

@@ -1,0 +1,60 @@
+package wasi
+
+import (
+	"errors"
+	"io/fs"
+	"syscall"
+
+	"github.com/spf13/afero"
+	"github.com/spf13/afero/mem"
+	"github.com/tetratelabs/wazero/experimental/sys"
+)
+
+// ENOSPC is the errno returned when a write, truncate or create would exceed
+// the FS quota (Quota.MaxBytes or Quota.MaxFiles), and when the backing file
+// system itself reports ENOSPC or EDQUOT.
+//
+// wazero v1.12's sys.Errno has no ENOSPC, so this is a value outside the
+// range wazero defines (its Error method prints "Errno(4147)"). Go callers of
+// the sys.FS can compare against it. At the wasip1 boundary wazero maps any
+// errno it does not know to ERRNO_IO, so a guest sees EIO ("I/O error") for a
+// quota failure, not ENOSPC.
+const ENOSPC sys.Errno = 4096 + 51 // 51 is ENOSPC in wasip1's errno numbering
+
+// toErrno maps an error returned by an afero.Fs or afero.File to the closest
+// sys.Errno. Unknown errors become EIO.
+func toErrno(err error) sys.Errno {
+	if err == nil {
+		return 0
+	}
+	var errno sys.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	if errors.Is(err, afero.ErrNoSymlink) || errors.Is(err, afero.ErrNoReadlink) {
+		return sys.ENOSYS
+	}
+	var se syscall.Errno
+	if errors.As(err, &se) {
+		switch se {
+		case syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG:
+			return ENOSPC
+		}
+		return sys.UnwrapOSError(se)
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return sys.ENOENT
+	case errors.Is(err, fs.ErrExist):
+		return sys.EEXIST
+	case errors.Is(err, fs.ErrPermission):
+		return sys.EPERM
+	case errors.Is(err, fs.ErrClosed), errors.Is(err, afero.ErrFileClosed), errors.Is(err, mem.ErrFileClosed):
+		return sys.EBADF
+	case errors.Is(err, fs.ErrInvalid), errors.Is(err, afero.ErrOutOfRange), errors.Is(err, mem.ErrOutOfRange):
+		return sys.EINVAL
+	case errors.Is(err, afero.ErrTooLarge), errors.Is(err, mem.ErrTooLarge):
+		return ENOSPC
+	}
+	return sys.EIO
+}
