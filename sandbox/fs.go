@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/afero"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	sysapi "github.com/tetratelabs/wazero/sys"
@@ -71,6 +72,7 @@ type Sandbox struct {
 	g      *Guest
 	mounts []mounted // longest path first
 	fscfg  wazero.FSConfig
+	errno  errnoSink
 	closed bool
 }
 
@@ -117,7 +119,7 @@ func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
 	s := &Sandbox{g: g}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	for _, m := range mounts {
-		fsys, err := wasi.NewFS(m.FS, wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota})
+		fsys, err := wasi.NewFS(m.FS, wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)
 		}
@@ -129,12 +131,25 @@ func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
 	return s, nil
 }
 
+// errnoSink passes the errnos that wazero cannot express (ENOSPC) from the
+// sandbox's filesystems to the running guest's fumehood_errno global, which
+// the guest's errno shim (internal/errnoshim) substitutes for wazero's EIO.
+type errnoSink struct {
+	global api.MutableGlobal // the running instance's, or nil
+}
+
+func (e *errnoSink) report(errno uint16) {
+	if e.global != nil {
+		e.global.Set(uint64(errno))
+	}
+}
+
 // Run runs Python source code in the sandbox, as Guest.Run does.
 func (s *Sandbox) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	return s.g.run(ctx, code, cfg, s.fscfg)
+	return s.g.run(ctx, code, cfg, s.fscfg, &s.errno)
 }
 
 // Exec runs the guest's _start in the sandbox, as Guest.Exec does.
@@ -142,7 +157,7 @@ func (s *Sandbox) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	return s.g.execConfig(ctx, cfg, s.fscfg)
+	return s.g.execConfig(ctx, cfg, s.fscfg, &s.errno)
 }
 
 // Close discards the in-memory root. Mounted filesystems are left as they are.

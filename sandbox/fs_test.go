@@ -239,8 +239,7 @@ try:
 except OSError as e:
     print("files", errno.errorcode[e.errno], i)
 `)
-	// wazero v1.12 has no ENOSPC in its errno set and reports EIO for it.
-	assert.Equal(t, "bytes EIO\nTrue\nfiles EIO 48\n", out)
+	assert.Equal(t, "bytes ENOSPC\nTrue\nfiles ENOSPC 48\n", out)
 	// The host is unaffected and the sandbox still works once space is freed.
 	require.NoError(t, s.RemoveAll("/work"))
 	assert.Equal(t, "ok\n", runOK(t, s, `import os; os.makedirs("/work"); open("/work/x", "w").write("1"); print("ok")`))

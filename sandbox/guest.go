@@ -28,6 +28,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
@@ -121,7 +122,13 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	if !wasmbin.IsWasm(wasm) {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary module", ErrInvalidModule)
 	}
-	metered, err := fuel.Instrument(wasm)
+	// The same preparation as the Python guest's pipeline: the errno shim,
+	// then fuel, which also meters the shim.
+	shimmed, err := errnoshim.Shim(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	metered, err := fuel.Instrument(shimmed)
 	if err != nil {
 		// Including ErrInstrumented: a module that brings its own fuel
 		// import could skip the metering that deadlines rely on.

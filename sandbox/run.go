@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 )
 
@@ -153,7 +154,7 @@ func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	return s.Exec(ctx, cfg)
 }
 
-func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig) (*Result, error) {
+func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {
 	if !g.python {
 		return nil, ErrNotPython
 	}
@@ -167,10 +168,10 @@ func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.
 	// -u: unbuffered, so output written before a stop is kept.
 	// -B: never write .pyc files.
 	c.Args = append([]string{"-u", "-B", "-c", code}, c.Args...)
-	return g.exec(ctx, "python", &c, fscfg)
+	return g.exec(ctx, "python", &c, fscfg, sink)
 }
 
-func (g *Guest) execConfig(ctx context.Context, cfg *Config, fscfg wazero.FSConfig) (*Result, error) {
+func (g *Guest) execConfig(ctx context.Context, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -179,10 +180,10 @@ func (g *Guest) execConfig(ctx context.Context, cfg *Config, fscfg wazero.FSConf
 	if g.python {
 		name = "python"
 	}
-	return g.exec(ctx, name, &c, fscfg)
+	return g.exec(ctx, name, &c, fscfg, sink)
 }
 
-func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.FSConfig) (*Result, error) {
+func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -229,7 +230,7 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 	}
 
 	start := time.Now()
-	runErr := g.start(ctx, mc, r, alloc, budget)
+	runErr := g.start(ctx, mc, r, alloc, budget, sink)
 	res := &Result{
 		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated, StdoutBytes: stdout.total,
 		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated, StderrBytes: stderr.total,
@@ -258,7 +259,7 @@ func (g *Guest) checkConfig(c *Config) error {
 }
 
 // start instantiates the guest, arms its fuel and watchdog, and calls _start.
-func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, alloc *memoryAllocator, budget int64) (err error) {
+func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, alloc *memoryAllocator, budget int64, sink *errnoSink) (err error) {
 	defer func() {
 		// wazero turns guest faults into errors; this is the last line of
 		// defence for the host process.
@@ -278,6 +279,10 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 
 	if gl, ok := mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal); ok {
 		r.arm(gl, budget)
+	}
+	if gl, ok := mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal); ok && sink != nil {
+		sink.global = gl
+		defer func() { sink.global = nil }()
 	}
 	done := make(chan struct{})
 	watched := make(chan struct{})

@@ -119,7 +119,11 @@ func runSuiteCase(t *testing.T, g *Guest, c suiteCase, fsys string) suiteOutcome
 	if sb != nil {
 		fscfg = sb.fscfg
 	}
-	res, err := g.execConfig(ctx, cfg, fscfg)
+	var sink *errnoSink
+	if sb != nil {
+		sink = &sb.errno
+	}
+	res, err := g.execConfig(ctx, cfg, fscfg, sink)
 	if res == nil {
 		return suiteOutcome{why: err.Error()}
 	}

@@ -17,8 +17,9 @@ import (
 // wazero v1.12's sys.Errno has no ENOSPC, so this is a value outside the
 // range wazero defines (its Error method prints "Errno(4147)"). Go callers of
 // the sys.FS can compare against it. At the wasip1 boundary wazero maps any
-// errno it does not know to ERRNO_IO, so a guest sees EIO ("I/O error") for a
-// quota failure, not ENOSPC.
+// errno it does not know to ERRNO_IO, so by itself a guest sees EIO ("I/O
+// error") for a quota failure. Options.ReportErrno lets a host whose guest
+// carries fumehood's errno shim deliver ENOSPC instead (the sandbox does).
 const ENOSPC sys.Errno = 4096 + 51 // 51 is ENOSPC in wasip1's errno numbering
 
 // toErrno maps an error returned by an afero.Fs or afero.File to the closest

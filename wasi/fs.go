@@ -26,6 +26,13 @@ type Options struct {
 
 	// Quota limits what the guest may store in this FS.
 	Quota Quota
+
+	// ReportErrno, if set, is called during a failing operation with the
+	// WASI errno that wazero cannot express and turns into EIO: today
+	// ENOSPC (51), when a quota is exceeded. A host whose guest is
+	// rewritten by internal/errnoshim passes it on, so the guest sees
+	// ENOSPC instead of EIO.
+	ReportErrno func(wasip1Errno uint16)
 }
 
 // Quota limits the storage of one FS; all its files share it. Each limit is
@@ -43,7 +50,7 @@ type Options struct {
 // a limit; then only changes that do not grow the usage succeed.
 //
 // ENOSPC is this package's own errno (wazero has none); a wasip1 guest sees
-// EIO. wazero's fd_write calls File.Write once per iovec, so a vectored
+// EIO unless the host passes it on (Options.ReportErrno). wazero's fd_write calls File.Write once per iovec, so a vectored
 // write may keep the iovecs before the one that hit the limit.
 type Quota struct {
 	// MaxBytes is the most bytes that the regular files of the FS may hold
@@ -87,7 +94,9 @@ type FS struct {
 	quota    Quota
 	// accounting is true when a limit is set: only then is the usage kept.
 	accounting bool
-	dev        uint64
+	// report is Options.ReportErrno.
+	report func(uint16)
+	dev    uint64
 
 	mu    sync.Mutex
 	used  Usage
@@ -147,6 +156,7 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 		readOnly:   opts.ReadOnly,
 		quota:      opts.Quota,
 		accounting: opts.Quota.MaxBytes > 0 || opts.Quota.MaxFiles > 0,
+		report:     opts.ReportErrno,
 		dev:        devices.Add(1),
 		nodes:      map[string]*node{},
 	}
@@ -238,10 +248,11 @@ func (f *FS) moveNodes(from, to string) {
 // reserve fails with ENOSPC if growing the usage by bytes and files would
 // exceed the quota. The caller holds f.mu.
 func (f *FS) reserve(bytes, files int64) sys.Errno {
-	if bytes > 0 && f.quota.MaxBytes > 0 && f.used.Bytes+bytes > f.quota.MaxBytes {
-		return ENOSPC
-	}
-	if files > 0 && f.quota.MaxFiles > 0 && f.used.Files+files > f.quota.MaxFiles {
+	if bytes > 0 && f.quota.MaxBytes > 0 && f.used.Bytes+bytes > f.quota.MaxBytes ||
+		files > 0 && f.quota.MaxFiles > 0 && f.used.Files+files > f.quota.MaxFiles {
+		if f.report != nil {
+			f.report(uint16(ENOSPC - 4096))
+		}
 		return ENOSPC
 	}
 	return 0

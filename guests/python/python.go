@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
@@ -79,8 +80,13 @@ func CacheDir(dir string) (string, error) {
 // Their names and versions are part of the cache key.
 var Steps = []pipeline.Step{
 	{Name: "strip-debug", Version: 1, Apply: stripDebug},
+	{Name: "errno", Version: 1, Apply: shimErrno},
 	{Name: "fuel", Version: 3, Apply: meterFuel},
 }
+
+// shimErrno lets the host pass the guest errnos that wazero cannot express,
+// such as ENOSPC for a full quota, which wazero would turn into EIO.
+func shimErrno(_ context.Context, in []byte) ([]byte, error) { return errnoshim.Shim(in) }
 
 // meterFuel instruments the guest with fuel metering, which is both its CPU
 // budget and how a deadline stops it.

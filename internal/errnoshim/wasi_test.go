@@ -1,0 +1,254 @@
+package errnoshim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/fumehood/fumehood/internal/wasmbin"
+)
+
+// wasiRun is how to run a WASI command and what it did.
+type wasiRun struct {
+	args []string
+	env  map[string]string
+	root string // host directory mounted as "/", or ""
+
+	exitCode int
+	trap     string // the first line of the error, if it was not an exit
+	stdout   string
+	stderr   string
+}
+
+// run instantiates cm and runs its _start.
+func (w *wasiRun) run(t *testing.T, ctx context.Context, r wazero.Runtime, cm wazero.CompiledModule) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
+		WithArgs(w.args...).WithStdout(&stdout).WithStderr(&stderr)
+	keys := make([]string, 0, len(w.env))
+	for k := range w.env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		cfg = cfg.WithEnv(k, w.env[k])
+	}
+	if w.root != "" {
+		cfg = cfg.WithFSConfig(wazero.NewFSConfig().WithDirMount(w.root, "/"))
+	}
+	mod, err := r.InstantiateModule(ctx, cm, cfg)
+	require.NoError(t, err)
+	defer mod.Close(ctx)
+	_, err = mod.ExportedFunction("_start").Call(ctx)
+	var exit *sys.ExitError
+	switch {
+	case errors.As(err, &exit):
+		w.exitCode = int(exit.ExitCode())
+	case err != nil:
+		w.trap, _, _ = strings.Cut(err.Error(), "\n")
+	}
+	w.stdout, w.stderr = stdout.String(), stderr.String()
+}
+
+func wasiRuntime(t *testing.T, ctx context.Context, cfg wazero.RuntimeConfig) wazero.Runtime {
+	r := wazero.NewRuntimeWithConfig(ctx, cfg)
+	t.Cleanup(func() { _ = r.Close(ctx) })
+	wasi_snapshot_preview1.MustInstantiate(ctx, r)
+	return r
+}
+
+// TestGoProgram builds a Go program for wasip1, shims it, and checks that
+// it does the same under wazero's WASI as without the shim.
+func TestGoProgram(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go is not on PATH")
+	}
+	dir := t.TempDir()
+	src := `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := os.WriteFile("/out.txt", []byte("hello file\n"), 0o644); err != nil {
+		fmt.Println("write:", err)
+		os.Exit(1)
+	}
+	b, err := os.ReadFile("/out.txt")
+	fmt.Printf("read %q %v\n", b, err)
+	_, err = os.ReadFile("/missing.txt")
+	fmt.Println("missing:", err)
+	_, err = os.Stat("/out.txt/x")
+	fmt.Println("not a dir:", err)
+	fmt.Println("args:", os.Args[1:])
+	os.Exit(len(os.Args))
+}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644))
+	cmd := exec.Command(goTool, "build", "-o", "prog.wasm", "main.go")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWORK=off", "GO111MODULE=on")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	wasm, err := os.ReadFile(filepath.Join(dir, "prog.wasm"))
+	require.NoError(t, err)
+
+	start := time.Now()
+	shimmed := mustShim(t, wasm)
+	t.Logf("shimmed %d bytes in %v, %d bytes after", len(wasm), time.Since(start), len(shimmed))
+	require.NotEqual(t, wasm, shimmed, "a Go program calls WASI functions that return errnos")
+
+	ctx := context.Background()
+	r := wasiRuntime(t, ctx, wazero.NewRuntimeConfig())
+	var runs [2]wasiRun
+	for i, bin := range [][]byte{wasm, shimmed} {
+		w := &runs[i]
+		w.args = []string{"prog", "a", "b"}
+		w.root = t.TempDir()
+		w.run(t, ctx, r, mustCompile(t, ctx, r, bin))
+		file, err := os.ReadFile(filepath.Join(w.root, "out.txt"))
+		require.NoError(t, err)
+		assert.Equal(t, "hello file\n", string(file))
+	}
+	assert.Equal(t, runs[0], wasiRun{args: runs[0].args, root: runs[0].root, exitCode: 3, stdout: runs[0].stdout})
+	assert.Contains(t, runs[0].stdout, `read "hello file\n" <nil>`)
+	assert.Contains(t, runs[0].stdout, "missing: open /missing.txt: No such file or directory")
+	runs[1].root = runs[0].root
+	assert.Equal(t, runs[0], runs[1])
+}
+
+// wasiTestsuite is the public WASI conformance suite, in shared/ beside the
+// repository.
+const wasiTestsuite = "../../../shared/wasi-testsuite"
+
+// wasiSpec is the JSON specification of a wasi-testsuite program.
+type wasiSpec struct {
+	Args []string          `json:"args"`
+	Env  map[string]string `json:"env"`
+	Root string            `json:"root"`
+}
+
+// TestWASITestsuite shims every program of the WASI conformance suite,
+// checks that wazero compiles it, and runs those that need no directory
+// with and without the shim, comparing what they do.
+func TestWASITestsuite(t *testing.T) {
+	programs, _ := filepath.Glob(filepath.Join(wasiTestsuite, "tests", "*", "testsuite", "wasm32-wasip1", "*.wasm"))
+	if len(programs) == 0 {
+		t.Skipf("no WASI test programs in %s", wasiTestsuite)
+	}
+	ctx := context.Background()
+	r := wasiRuntime(t, ctx, wazero.NewRuntimeConfig().WithDebugInfoEnabled(false).WithCloseOnContextDone(true))
+	ran, changed := 0, 0
+	for _, path := range programs {
+		suite := filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(path))))
+		name := strings.TrimSuffix(filepath.Base(path), ".wasm")
+		t.Run(suite+"/"+name, func(t *testing.T) {
+			wasm, err := os.ReadFile(path)
+			require.NoError(t, err)
+			var spec wasiSpec
+			if js, err := os.ReadFile(strings.TrimSuffix(path, ".wasm") + ".json"); err == nil {
+				require.NoError(t, json.Unmarshal(js, &spec))
+			}
+			shimmed, err := Shim(wasm)
+			require.NoError(t, err)
+			if !bytes.Equal(wasm, shimmed) {
+				changed++
+			}
+			cm := mustCompile(t, ctx, r, shimmed)
+			if spec.Root != "" {
+				t.Logf("compiled; not run: it needs directory %s", spec.Root)
+				return
+			}
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			var runs [2]wasiRun
+			for i, c := range []wazero.CompiledModule{mustCompile(t, ctx, r, wasm), cm} {
+				runs[i].args = append([]string{name + ".wasm"}, spec.Args...)
+				runs[i].env = spec.Env
+				runs[i].run(t, ctx, r, c)
+			}
+			assert.Equal(t, runs[0].exitCode, runs[1].exitCode, "exit code")
+			assert.Equal(t, runs[0].trap, runs[1].trap, "trap")
+			assert.Equal(t, runs[0].stdout, runs[1].stdout, "stdout")
+			ran++
+			t.Logf("exit code %d, trap %q, %d bytes of stdout", runs[1].exitCode, runs[1].trap, len(runs[1].stdout))
+		})
+	}
+	t.Logf("%d programs shimmed (%d changed) and compiled, %d run", len(programs), changed, ran)
+	assert.Greater(t, changed, len(programs)/2, "most programs call WASI functions that return errnos")
+	assert.Positive(t, ran)
+}
+
+// pythonSource returns the unprepared CPython guest from the cache that
+// `fumehood guest install` fills (python.SourceSHA256 names it; the package
+// cannot be imported here without a cycle), with its debug sections
+// stripped, or skips the test.
+func pythonSource(t testing.TB) []byte {
+	const sourceSHA256 = "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763"
+	dir := os.Getenv("FUMEHOOD_CACHE_DIR")
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			t.Skip("no cache directory")
+		}
+		dir = filepath.Join(base, "fumehood")
+	}
+	wasm, err := os.ReadFile(filepath.Join(dir, "guests", "blobs", sourceSHA256+".wasm"))
+	if err != nil {
+		t.Skipf("the CPython guest is not installed: %v", err)
+	}
+	m, err := wasmbin.Parse(wasm)
+	require.NoError(t, err)
+	m.RemoveCustom(func(name string) bool { return strings.HasPrefix(name, ".debug") })
+	return m.Encode()
+}
+
+// TestPython shims the prepared CPython guest, compiles it and runs a line
+// of Python.
+func TestPython(t *testing.T) {
+	wasm := pythonSource(t)
+	start := time.Now()
+	shimmed, err := Shim(wasm)
+	require.NoError(t, err)
+	t.Logf("shimmed in %v: %d bytes -> %d bytes", time.Since(start), len(wasm), len(shimmed))
+
+	ctx := context.Background()
+	r := wasiRuntime(t, ctx, wazero.NewRuntimeConfigCompiler().WithDebugInfoEnabled(false))
+	start = time.Now()
+	cm := mustCompile(t, ctx, r, shimmed)
+	t.Logf("compiled in %v", time.Since(start))
+	w := &wasiRun{args: []string{"python", "-c", "print(1)"}}
+	w.run(t, ctx, r, cm)
+	assert.Empty(t, w.trap)
+	assert.Equal(t, 0, w.exitCode, "stderr: %s", w.stderr)
+	assert.Equal(t, "1\n", w.stdout, "stderr: %s", w.stderr)
+}
+
+// BenchmarkShimPython measures Shim on the CPython guest.
+func BenchmarkShimPython(b *testing.B) {
+	wasm := pythonSource(b)
+	b.SetBytes(int64(len(wasm)))
+	for b.Loop() {
+		if _, err := Shim(wasm); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
