@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest demo test vet fuzz clean
+.PHONY: all build guest session-guest tools demo test vet fuzz clean
 
 all: build
 
@@ -14,10 +14,21 @@ build:
 guest: build
 	$(BIN) guest install
 
+# Binaryen's wasm-opt prepares the session build; on a Debian machine it is
+# installed if missing (as root), elsewhere the session tests are skipped.
+tools:
+	@command -v wasm-opt >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen; } || \
+		echo "note: Binaryen's wasm-opt is not installed: the session build and its tests are skipped"
+
+# The session build: about two minutes once per machine (asyncify).
+session-guest: build tools
+	@if command -v wasm-opt >/dev/null; then $(BIN) guest install --session; fi
+
 demo: guest
 	$(BIN) run -c '$(SNIPPET)'
 
-test: guest
+test: guest session-guest
 	$(GO) vet ./...
 	$(GO) test ./...
 

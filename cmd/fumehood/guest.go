@@ -20,26 +20,35 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
 	tarball := fs.String("from", "", "install from this package tarball instead of downloading it")
+	session := fs.Bool("session", false, "the session build (pausable, for sessions); needs Binaryen's wasm-opt")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &usageError{err.Error()}
 	}
 	opts := &python.Options{CacheDir: *cacheDir, Tarball: *tarball}
 	switch args[0] {
 	case "install":
-		if _, b, err := python.Load(ctx, opts); err == nil {
+		load, install := python.Load, python.Install
+		if *session {
+			load, install = python.LoadSession, python.InstallSession
+		}
+		if _, b, err := load(ctx, opts); err == nil {
 			fmt.Fprintf(stderr, "%s@%s is already installed: %s\n", b.Package, b.Version, b.Path)
 			return nil
 		}
 		opts.Progress = newProgress(stderr).report
 		start := time.Now()
-		b, err := python.Install(ctx, opts)
+		b, err := install(ctx, opts)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "installed %s@%s in %v: %s\n", b.Package, b.Version, time.Since(start).Round(time.Millisecond), b.Path)
 		return nil
 	case "info":
-		_, b, err := python.Load(ctx, opts)
+		load := python.Load
+		if *session {
+			load = python.LoadSession
+		}
+		_, b, err := load(ctx, opts)
 		if err != nil {
 			return err
 		}

@@ -120,14 +120,6 @@ type Build struct {
 	Size int64
 }
 
-func stepIDs() []string {
-	ids := make([]string, len(Steps))
-	for i, s := range Steps {
-		ids[i] = s.ID()
-	}
-	return ids
-}
-
 func (o *Options) store() (*pipeline.Store, error) {
 	dir, err := CacheDir(o.CacheDir)
 	if err != nil {
@@ -146,19 +138,7 @@ func Load(ctx context.Context, opts *Options) ([]byte, Build, error) {
 	if err != nil {
 		return nil, Build{}, err
 	}
-	d, ok := store.Lookup(source.sha256, Steps)
-	if !ok {
-		return nil, Build{}, fmt.Errorf("python: %w (cache: %s)", ErrGuestNotInstalled, store.Dir())
-	}
-	b, err := store.Get(d)
-	if err != nil {
-		return nil, Build{}, fmt.Errorf("python: prepared guest unreadable, reinstall with `%s`: %w", InstallCommand, err)
-	}
-	return b, Build{
-		Package: Package, Version: Version,
-		SourceSHA256: source.sha256,
-		SHA256:       d, Steps: stepIDs(), Path: store.BlobPath(d), Size: int64(len(b)),
-	}, nil
+	return loadSteps(store, Steps, ErrGuestNotInstalled, InstallCommand)
 }
 
 // Ensure loads the guest, installing it first if it is not in the cache.
