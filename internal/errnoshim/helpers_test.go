@@ -181,108 +181,108 @@ func summarize(t testing.TB, wasm []byte) summary {
 	require.NoError(t, err)
 	s := summary{exports: map[string][2]uint32{}, names: map[uint32]string{}, start: -1}
 	for _, sec := range m.Sections {
-		r := reader{b: sec.Payload}
+		r := reader{B: sec.Payload}
 		switch sec.ID {
 		case wasmbin.SectionCustom:
 			s.customs = append(s.customs, sec.Name)
 			if sec.Name != "name" {
 				continue
 			}
-			for !r.done() {
-				id := r.byte()
-				c := reader{b: r.bytes(r.u32())}
+			for !r.Done() {
+				id := r.Byte()
+				c := reader{B: r.Bytes(r.U32())}
 				if id != 1 {
 					continue
 				}
-				n := c.u32()
+				n := c.U32()
 				for range n {
-					idx := c.u32()
-					s.names[idx] = string(c.name())
+					idx := c.U32()
+					s.names[idx] = string(c.Name())
 				}
-				require.NoError(t, c.err)
+				require.NoError(t, c.Err)
 			}
-			r.pos = len(r.b)
+			r.Pos = len(r.B)
 		case wasmbin.SectionFunction:
-			n := r.u32()
+			n := r.U32()
 			for range n {
-				s.funcTypes = append(s.funcTypes, r.u32())
+				s.funcTypes = append(s.funcTypes, r.U32())
 			}
 		case wasmbin.SectionGlobal:
-			n := r.u32()
+			n := r.U32()
 			for range n {
-				start := r.pos
-				r.valType()
-				r.byte()
+				start := r.Pos
+				r.ValType()
+				r.Byte()
 				for {
-					ins, err := wasmbin.DecodeInstr(r.b[r.pos:])
+					ins, err := wasmbin.DecodeInstr(r.B[r.Pos:])
 					require.NoError(t, err)
-					r.pos += ins.Len
+					r.Pos += ins.Len
 					if ins.Op == wasmbin.OpEnd {
 						break
 					}
 				}
-				s.globals = append(s.globals, r.b[start:r.pos])
+				s.globals = append(s.globals, r.B[start:r.Pos])
 			}
 		case wasmbin.SectionExport:
-			n := r.u32()
+			n := r.U32()
 			for range n {
-				name := string(r.name())
-				kind := r.byte()
-				s.exports[name] = [2]uint32{uint32(kind), r.u32()}
+				name := string(r.Name())
+				kind := r.Byte()
+				s.exports[name] = [2]uint32{uint32(kind), r.U32()}
 			}
 		case wasmbin.SectionStart:
-			s.start = int64(r.u32())
+			s.start = int64(r.U32())
 		case wasmbin.SectionElement:
 			// Only the forms the tests use: 0 and 4 with a one-byte
 			// i32.const offset, and 3.
-			n := r.u32()
+			n := r.U32()
 			for range n {
-				flags := r.u32()
+				flags := r.U32()
 				require.Contains(t, []uint32{0, 3, 4}, flags)
 				if flags == 3 {
-					r.byte() // element kind
+					r.Byte() // element kind
 				} else {
-					r.bytes(3) // i32.const k end
+					r.Bytes(3) // i32.const k end
 				}
-				count := r.u32()
+				count := r.U32()
 				for range count {
 					if flags != 4 {
-						s.elements = append(s.elements, r.u32())
+						s.elements = append(s.elements, r.U32())
 						continue
 					}
-					ins, err := wasmbin.DecodeInstr(r.b[r.pos:])
+					ins, err := wasmbin.DecodeInstr(r.B[r.Pos:])
 					require.NoError(t, err)
 					require.Equal(t, wasmbin.OpRefFunc, ins.Op)
 					s.elements = append(s.elements, ins.Index)
-					r.pos += ins.Len + 1 // and end
+					r.Pos += ins.Len + 1 // and end
 				}
 			}
 		case wasmbin.SectionCode:
-			n := r.u32()
+			n := r.U32()
 			for range n {
-				body := reader{b: r.bytes(r.u32())}
-				groups := body.u32()
+				body := reader{B: r.Bytes(r.U32())}
+				groups := body.U32()
 				for range groups {
-					body.u32()
-					body.valType()
+					body.U32()
+					body.ValType()
 				}
 				var targets []uint32
-				for body.pos < len(body.b) {
-					ins, err := wasmbin.DecodeInstr(body.b[body.pos:])
+				for body.Pos < len(body.B) {
+					ins, err := wasmbin.DecodeInstr(body.B[body.Pos:])
 					require.NoError(t, err)
 					switch ins.Op {
 					case wasmbin.OpCall, wasmbin.OpReturnCall, wasmbin.OpRefFunc:
 						targets = append(targets, ins.Index)
 					}
-					body.pos += ins.Len
+					body.Pos += ins.Len
 				}
 				s.calls = append(s.calls, targets)
 			}
 		default:
-			r.pos = len(r.b)
+			r.Pos = len(r.B)
 		}
-		require.NoError(t, r.err, "section %d", sec.ID)
-		require.Equal(t, len(r.b), r.pos, "section %d read in full", sec.ID)
+		require.NoError(t, r.Err, "section %d", sec.ID)
+		require.Equal(t, len(r.B), r.Pos, "section %d read in full", sec.ID)
 	}
 	return s
 }

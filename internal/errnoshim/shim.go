@@ -232,34 +232,34 @@ func (s *shimmer) readTypes(m *wasmbin.Module) error {
 	if sec == nil {
 		return nil
 	}
-	r := reader{b: sec.Payload}
-	n := r.count(3)
+	r := reader{B: sec.Payload}
+	n := r.Count(3)
 	s.types = make([]funcSig, 0, n)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		if form := r.byte(); form != funcType {
-			if r.err == nil {
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		if form := r.Byte(); form != funcType {
+			if r.Err == nil {
 				s.typesErr = fmt.Errorf("%w: type %d: unsupported form 0x%02x", wasmbin.ErrMalformed, i, form)
 			}
 			break
 		}
-		params := r.count(1)
+		params := r.Count(1)
 		for j := uint32(0); j < params; j++ {
-			r.valType()
+			r.ValType()
 		}
-		results := r.count(1)
+		results := r.Count(1)
 		var first byte
 		for j := uint32(0); j < results; j++ {
-			if c := r.valType(); j == 0 {
+			if c := r.ValType(); j == 0 {
 				first = c
 			}
 		}
 		s.types = append(s.types, funcSig{params: params, errnoed: results == 1 && first == valI32})
 	}
 	if s.typesErr == nil {
-		r.end("type")
+		r.End("type")
 	}
-	if r.err != nil {
-		return fmt.Errorf("errnoshim: type section: %w", r.err)
+	if r.Err != nil {
+		return fmt.Errorf("errnoshim: type section: %w", r.Err)
 	}
 	return nil
 }
@@ -271,38 +271,38 @@ func (s *shimmer) readImports(m *wasmbin.Module) error {
 	if sec == nil {
 		return nil
 	}
-	r := reader{b: sec.Payload}
-	n := r.count(4)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		module, name := r.name(), r.name()
-		switch kind := r.byte(); kind {
+	r := reader{B: sec.Payload}
+	n := r.Count(4)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		module, name := r.Name(), r.Name()
+		switch kind := r.Byte(); kind {
 		case 0x00: // function: type index
-			t := r.u32()
-			if r.err == nil && string(module) == ImportModule {
+			t := r.U32()
+			if r.Err == nil && string(module) == ImportModule {
 				if err := s.wrap(s.importedFn, t, string(name)); err != nil {
 					return err
 				}
 			}
 			s.importedFn++
 		case 0x01: // table: reference type, limits
-			r.valType()
-			r.limits()
+			r.ValType()
+			r.Limits()
 		case 0x02: // memory: limits
-			r.limits()
+			r.Limits()
 		case 0x03: // global: value type, mutability
-			r.valType()
-			r.byte()
+			r.ValType()
+			r.Byte()
 			s.importedGl++
 		case 0x04: // tag: attribute, type index
-			r.byte()
-			r.u32()
+			r.Byte()
+			r.U32()
 		default:
-			r.fail("import %d: unknown kind 0x%02x", i, kind)
+			r.Fail("import %d: unknown kind 0x%02x", i, kind)
 		}
 	}
-	r.end("import")
-	if r.err != nil {
-		return fmt.Errorf("errnoshim: import section: %w", r.err)
+	r.End("import")
+	if r.Err != nil {
+		return fmt.Errorf("errnoshim: import section: %w", r.Err)
 	}
 	if len(s.wrappers) > 0 {
 		s.redirect = make([]uint32, s.importedFn)
@@ -333,19 +333,19 @@ func (s *shimmer) checkExports(m *wasmbin.Module) error {
 	if sec == nil {
 		return nil
 	}
-	r := reader{b: sec.Payload}
-	n := r.count(3)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		name := r.name()
-		r.byte()
-		r.u32()
-		if r.err == nil && string(name) == GlobalName {
+	r := reader{B: sec.Payload}
+	n := r.Count(3)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		name := r.Name()
+		r.Byte()
+		r.U32()
+		if r.Err == nil && string(name) == GlobalName {
 			return fmt.Errorf("%w: it exports %s", ErrShimmed, GlobalName)
 		}
 	}
-	r.end("export")
-	if r.err != nil {
-		return fmt.Errorf("errnoshim: export section: %w", r.err)
+	r.End("export")
+	if r.Err != nil {
+		return fmt.Errorf("errnoshim: export section: %w", r.Err)
 	}
 	return nil
 }
@@ -358,10 +358,10 @@ func (s *shimmer) readCounts(m *wasmbin.Module) error {
 		min int
 	}{{wasmbin.SectionFunction, &s.definedFn, 1}, {wasmbin.SectionGlobal, &s.definedGl, 3}} {
 		if sec := m.Section(c.id); sec != nil {
-			r := reader{b: sec.Payload}
-			*c.n = r.count(c.min)
-			if r.err != nil {
-				return fmt.Errorf("errnoshim: section %d: %w", c.id, r.err)
+			r := reader{B: sec.Payload}
+			*c.n = r.Count(c.min)
+			if r.Err != nil {
+				return fmt.Errorf("errnoshim: section %d: %w", c.id, r.Err)
 			}
 		}
 	}
@@ -378,14 +378,14 @@ func (s *shimmer) target(idx uint32) uint32 {
 
 // functions appends the wrappers' type indices to the function section.
 func (s *shimmer) functions(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count(1)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		r.u32()
+	r := reader{B: payload}
+	n := r.Count(1)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		r.U32()
 	}
-	r.end("function")
-	if r.err != nil {
-		return nil, r.err
+	r.End("function")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	p := wasmbin.AppendU32(make([]byte, 0, len(payload)+5+3*len(s.wrappers)), n+uint32(len(s.wrappers)))
 	p = append(p, payload[skipU32(payload):]...)
@@ -403,19 +403,19 @@ func skipU32(b []byte) int {
 
 // globals fixes ref.func in the initialisers and appends the errno global.
 func (s *shimmer) globals(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count(3)
+	r := reader{B: payload}
+	n := r.Count(3)
 	p := wasmbin.AppendU32(make([]byte, 0, len(payload)+16), n+1)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
-		r.valType()
-		r.byte()
-		p = append(p, r.b[start:r.pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		r.ValType()
+		r.Byte()
+		p = append(p, r.B[start:r.Pos]...)
 		p = s.constExpr(p, &r)
 	}
-	r.end("global")
-	if r.err != nil {
-		return nil, r.err
+	r.End("global")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	return append(p, valI32, mutable, opI32Const, 0, opEnd), nil
 }
@@ -427,122 +427,122 @@ func (s *shimmer) exports(payload []byte) ([]byte, error) {
 	entry = append(entry, externGlob)
 	entry = wasmbin.AppendU32(entry, s.errnoGl)
 
-	r := reader{b: payload}
-	n := r.count(3)
+	r := reader{B: payload}
+	n := r.Count(3)
 	p := wasmbin.AppendU32(make([]byte, 0, len(payload)+len(entry)+8), n+1)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
-		r.name()
-		kind := r.byte()
-		p = append(p, r.b[start:r.pos]...)
-		idx := r.u32()
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		r.Name()
+		kind := r.Byte()
+		p = append(p, r.B[start:r.Pos]...)
+		idx := r.U32()
 		if kind == externFunc {
 			idx = s.target(idx)
 		}
 		p = wasmbin.AppendU32(p, idx)
 	}
-	r.end("export")
-	if r.err != nil {
-		return nil, r.err
+	r.End("export")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	return append(p, entry...), nil
 }
 
 func (s *shimmer) start(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	idx := r.u32()
-	r.end("start function")
-	if r.err != nil {
-		return nil, r.err
+	r := reader{B: payload}
+	idx := r.U32()
+	r.End("start function")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	return wasmbin.AppendU32(nil, s.target(idx)), nil
 }
 
 // tables fixes ref.func in table initialisers (typed function references).
 func (s *shimmer) tables(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count(3)
+	r := reader{B: payload}
+	n := r.Count(3)
 	p := make([]byte, 0, len(payload)+8)
-	p = append(p, payload[:r.pos]...)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
+	p = append(p, payload[:r.Pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
 		init := false
-		if r.pos < len(r.b) && r.b[r.pos] == 0x40 {
-			r.pos++
-			if r.byte() != 0 {
-				r.fail("table %d: reserved byte is not zero", i)
+		if r.Pos < len(r.B) && r.B[r.Pos] == 0x40 {
+			r.Pos++
+			if r.Byte() != 0 {
+				r.Fail("table %d: reserved byte is not zero", i)
 			}
 			init = true
 		}
-		r.valType()
-		r.limits()
-		p = append(p, r.b[start:r.pos]...)
+		r.ValType()
+		r.Limits()
+		p = append(p, r.B[start:r.Pos]...)
 		if init {
 			p = s.constExpr(p, &r)
 		}
 	}
-	r.end("table")
-	return p, r.err
+	r.End("table")
+	return p, r.Err
 }
 
 // elements fixes the function indices and ref.func of element segments.
 func (s *shimmer) elements(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count(2)
+	r := reader{B: payload}
+	n := r.Count(2)
 	p := make([]byte, 0, len(payload)+len(payload)/8+8)
-	p = append(p, payload[:r.pos]...)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
-		flags := r.u32()
+	p = append(p, payload[:r.Pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		flags := r.U32()
 		if flags > 7 {
-			r.fail("element segment %d: unknown flags %d", i, flags)
+			r.Fail("element segment %d: unknown flags %d", i, flags)
 			break
 		}
 		if flags&1 == 0 { // active
 			if flags&2 != 0 {
-				r.u32() // table index
+				r.U32() // table index
 			}
-			p = append(p, r.b[start:r.pos]...)
+			p = append(p, r.B[start:r.Pos]...)
 			p = s.constExpr(p, &r) // offset
-			start = r.pos
+			start = r.Pos
 		}
 		if flags&3 != 0 {
 			if flags&4 == 0 {
-				r.byte() // element kind
+				r.Byte() // element kind
 			} else {
-				r.valType() // reference type
+				r.ValType() // reference type
 			}
 		}
-		count := r.count(1)
-		p = append(p, r.b[start:r.pos]...)
-		for j := uint32(0); j < count && r.err == nil; j++ {
+		count := r.Count(1)
+		p = append(p, r.B[start:r.Pos]...)
+		for j := uint32(0); j < count && r.Err == nil; j++ {
 			if flags&4 != 0 {
 				p = s.constExpr(p, &r)
 				continue
 			}
-			idx := r.u32()
+			idx := r.U32()
 			p = wasmbin.AppendU32(p, s.target(idx))
 		}
 	}
-	r.end("element segment")
-	return p, r.err
+	r.End("element segment")
+	return p, r.Err
 }
 
 // constExpr copies the constant expression at r to p, redirecting ref.func.
 func (s *shimmer) constExpr(p []byte, r *reader) []byte {
-	for r.err == nil {
-		ins, err := wasmbin.DecodeInstr(r.b[r.pos:])
+	for r.Err == nil {
+		ins, err := wasmbin.DecodeInstr(r.B[r.Pos:])
 		if err != nil {
-			r.fail("constant expression at offset %d: %v", r.pos, err)
+			r.Fail("constant expression at offset %d: %v", r.Pos, err)
 			return p
 		}
 		if ins.Op == wasmbin.OpRefFunc {
 			p = append(p, opRefFunc)
 			p = wasmbin.AppendU32(p, s.target(ins.Index))
 		} else {
-			p = append(p, r.b[r.pos:r.pos+ins.Len]...)
+			p = append(p, r.B[r.Pos:r.Pos+ins.Len]...)
 		}
-		r.pos += ins.Len
+		r.Pos += ins.Len
 		if ins.Op == wasmbin.OpEnd {
 			break
 		}
@@ -553,19 +553,19 @@ func (s *shimmer) constExpr(p []byte, r *reader) []byte {
 // code redirects calls and references in every function body and appends
 // the wrappers' bodies.
 func (s *shimmer) code(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count(1)
-	bodies := r.pos
+	r := reader{B: payload}
+	n := r.Count(1)
+	bodies := r.Pos
 	total := n + uint32(len(s.wrappers))
 	p := make([]byte, 0, len(payload)+len(payload)/64+64*len(s.wrappers)+16)
 	p = wasmbin.AppendU32(p, total)
 	if len(p) != bodies {
 		s.shifted = true // the count's encoding changed width
 	}
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
-		body := r.bytes(r.u32())
-		if r.err != nil {
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		body := r.Bytes(r.U32())
+		if r.Err != nil {
 			break
 		}
 		changed, err := s.function(body)
@@ -573,7 +573,7 @@ func (s *shimmer) code(payload []byte) ([]byte, error) {
 			return nil, fmt.Errorf("function body %d: %w", i, err)
 		}
 		if !changed {
-			p = append(p, r.b[start:r.pos]...)
+			p = append(p, r.B[start:r.Pos]...)
 			continue
 		}
 		if len(s.body) != len(body) {
@@ -582,9 +582,9 @@ func (s *shimmer) code(payload []byte) ([]byte, error) {
 		p = wasmbin.AppendU32(p, uint32(len(s.body)))
 		p = append(p, s.body...)
 	}
-	r.end("function body")
-	if r.err != nil {
-		return nil, r.err
+	r.End("function body")
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	for _, w := range s.wrappers {
 		b := s.wrapperBody(w)
@@ -598,18 +598,18 @@ func (s *shimmer) code(payload []byte) ([]byte, error) {
 // changed. It decodes every instruction, so that no immediate is taken for
 // an opcode.
 func (s *shimmer) function(body []byte) (bool, error) {
-	r := reader{b: body}
-	groups := r.count(2)
-	for j := uint32(0); j < groups && r.err == nil; j++ {
-		r.u32() // how many locals
-		r.valType()
+	r := reader{B: body}
+	groups := r.Count(2)
+	for j := uint32(0); j < groups && r.Err == nil; j++ {
+		r.U32() // how many locals
+		r.ValType()
 	}
-	if r.err != nil {
-		return false, fmt.Errorf("locals: %w", r.err)
+	if r.Err != nil {
+		return false, fmt.Errorf("locals: %w", r.Err)
 	}
 	changed := false
 	prev := 0
-	pos := r.pos
+	pos := r.Pos
 	var last wasmbin.Opcode
 	for pos < len(body) {
 		ins, err := wasmbin.DecodeInstr(body[pos:])
@@ -690,32 +690,32 @@ func (s *shimmer) names(payload []byte) ([]byte, bool) {
 		out = append(out, sub...)
 		added = true
 	}
-	r := reader{b: payload}
-	for !r.done() {
-		start := r.pos
-		id := r.byte()
-		content := r.bytes(r.u32())
-		if r.err != nil {
+	r := reader{B: payload}
+	for !r.Done() {
+		start := r.Pos
+		id := r.Byte()
+		content := r.Bytes(r.U32())
+		if r.Err != nil {
 			return nil, false
 		}
 		if id > 1 && !added {
 			addNew()
 		}
 		if id != 1 || added {
-			out = append(out, r.b[start:r.pos]...)
+			out = append(out, r.B[start:r.Pos]...)
 			continue
 		}
 		// Function names: a name map, sorted by index.
-		c := reader{b: content}
-		n := c.count(2)
-		for i := uint32(0); i < n && c.err == nil; i++ {
-			if idx := c.u32(); idx >= s.firstShim {
+		c := reader{B: content}
+		n := c.Count(2)
+		for i := uint32(0); i < n && c.Err == nil; i++ {
+			if idx := c.U32(); idx >= s.firstShim {
 				return nil, false
 			}
-			c.name()
+			c.Name()
 		}
-		c.end("function name")
-		if c.err != nil || uint64(n)+uint64(len(s.wrappers)) > 1<<32-1 {
+		c.End("function name")
+		if c.Err != nil || uint64(n)+uint64(len(s.wrappers)) > 1<<32-1 {
 			return nil, false
 		}
 		sub := wasmbin.AppendU32(make([]byte, 0, len(content)+len(entries)+5), n+uint32(len(s.wrappers)))
@@ -726,7 +726,7 @@ func (s *shimmer) names(payload []byte) ([]byte, bool) {
 		out = append(out, sub...)
 		added = true
 	}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil, false
 	}
 	if !added {

@@ -44,14 +44,14 @@ const (
 // time but for its loops, whose headers check.
 func (in *instrumenter) code(payload []byte) ([]byte, error) {
 	in.prepare()
-	r := reader{b: payload}
-	n := r.count(2)
-	bodies := r.pos
+	r := reader{B: payload}
+	n := r.Count(2)
+	bodies := r.Pos
 	in.entryCost = make([]int64, n)
 	in.calls = make([]bool, n)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		body := r.bytes(r.u32())
-		if r.err != nil {
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		body := r.Bytes(r.U32())
+		if r.Err != nil {
 			break
 		}
 		if _, err := in.function(body, -1); err != nil {
@@ -60,12 +60,12 @@ func (in *instrumenter) code(payload []byte) ([]byte, error) {
 		in.entryCost[i] = in.events[0].val
 		in.calls[i] = in.makesCalls
 	}
-	r.pos = bodies
+	r.Pos = bodies
 	out := make([]byte, 0, len(payload)+len(payload)/4+64)
-	out = append(out, payload[:r.pos]...)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		body := r.bytes(r.u32())
-		if r.err != nil {
+	out = append(out, payload[:r.Pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		body := r.Bytes(r.U32())
+		if r.Err != nil {
 			break
 		}
 		b, err := in.function(body, int(i))
@@ -75,10 +75,10 @@ func (in *instrumenter) code(payload []byte) ([]byte, error) {
 		out = wasmbin.AppendU32(out, uint32(len(b)))
 		out = append(out, b...)
 	}
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the last function body", len(r.b)-r.pos)
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the last function body", len(r.B)-r.Pos)
 	}
-	return out, r.err
+	return out, r.Err
 }
 
 // paidByCaller returns the entry cost of the function with input index
@@ -118,16 +118,16 @@ func (in *instrumenter) prepare() {
 // (-1 in the first pass, which only scans). The result aliases in.body and
 // is valid until the next call.
 func (in *instrumenter) function(body []byte, i int) ([]byte, error) {
-	r := reader{b: body}
-	groups := r.count(2)
-	for j := uint32(0); j < groups && r.err == nil; j++ {
-		r.u32() // how many locals
-		r.valType()
+	r := reader{B: body}
+	groups := r.Count(2)
+	for j := uint32(0); j < groups && r.Err == nil; j++ {
+		r.U32() // how many locals
+		r.ValType()
 	}
-	if r.err != nil {
-		return nil, fmt.Errorf("locals: %w", r.err)
+	if r.Err != nil {
+		return nil, fmt.Errorf("locals: %w", r.Err)
 	}
-	expr := body[r.pos:]
+	expr := body[r.Pos:]
 	in.makesCalls = false
 	if err := in.scan(expr); err != nil {
 		return nil, err
@@ -139,7 +139,7 @@ func (in *instrumenter) function(body []byte, i int) ([]byte, error) {
 	// entry region, so its cost then is at most its cost now.
 	in.events[0].val -= in.paidByCaller(in.importedFuncs + uint32(i))
 	in.entryCheck = in.calls[i]
-	in.body = append(in.body[:0], body[:r.pos]...)
+	in.body = append(in.body[:0], body[:r.Pos]...)
 	in.body = in.emit(in.body, expr)
 	return in.body, nil
 }

@@ -209,33 +209,33 @@ func (in *instrumenter) types(m *wasmbin.Module) (uint32, error) {
 		m.Insert(wasmbin.Section{ID: wasmbin.SectionType, Payload: []byte{1, funcType, 0, 0}})
 		return 0, nil
 	}
-	r := reader{b: s.Payload}
-	n := r.count(3)
-	entries := r.pos
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		if form := r.byte(); form != funcType && r.err == nil {
+	r := reader{B: s.Payload}
+	n := r.Count(3)
+	entries := r.Pos
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		if form := r.Byte(); form != funcType && r.Err == nil {
 			return 0, fmt.Errorf("fuel: type %d: unsupported form 0x%02x", i, form)
 		}
-		params := r.count(1)
+		params := r.Count(1)
 		for j := uint32(0); j < params; j++ {
-			r.valType()
+			r.ValType()
 		}
-		results := r.count(1)
+		results := r.Count(1)
 		for j := uint32(0); j < results; j++ {
-			r.valType()
+			r.ValType()
 		}
-		if params == 0 && results == 0 && r.err == nil {
+		if params == 0 && results == 0 && r.Err == nil {
 			return i, nil
 		}
 	}
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the last type", len(r.b)-r.pos)
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the last type", len(r.B)-r.Pos)
 	}
-	if r.err != nil {
-		return 0, fmt.Errorf("fuel: type section: %w", r.err)
+	if r.Err != nil {
+		return 0, fmt.Errorf("fuel: type section: %w", r.Err)
 	}
-	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+8), n+1)
-	p = append(p, r.b[entries:]...)
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.B)+8), n+1)
+	p = append(p, r.B[entries:]...)
 	s.Payload = append(p, funcType, 0, 0)
 	return n, nil
 }
@@ -253,42 +253,42 @@ func (in *instrumenter) imports(m *wasmbin.Module, typeIdx uint32) error {
 		m.Insert(wasmbin.Section{ID: wasmbin.SectionImport, Payload: append([]byte{1}, entry...)})
 		return nil
 	}
-	r := reader{b: s.Payload}
-	n := r.count(4)
-	entries := r.pos
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		module, name := r.name(), r.name()
+	r := reader{B: s.Payload}
+	n := r.Count(4)
+	entries := r.Pos
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		module, name := r.Name(), r.Name()
 		if string(module) == ImportModule && string(name) == ImportName {
 			return fmt.Errorf("%w: it imports %s.%s", ErrInstrumented, ImportModule, ImportName)
 		}
-		switch kind := r.byte(); kind {
+		switch kind := r.Byte(); kind {
 		case 0x00: // function: type index
-			r.u32()
+			r.U32()
 			in.importedFuncs++
 		case 0x01: // table: reference type, limits
-			r.valType()
-			r.limits()
+			r.ValType()
+			r.Limits()
 		case 0x02: // memory: limits
-			r.limits()
+			r.Limits()
 		case 0x03: // global: value type, mutability
-			r.valType()
-			r.byte()
+			r.ValType()
+			r.Byte()
 			in.importedGlobals++
 		case 0x04: // tag: attribute, type index
-			r.byte()
-			r.u32()
+			r.Byte()
+			r.U32()
 		default:
-			r.fail("import %d: unknown kind 0x%02x", i, kind)
+			r.Fail("import %d: unknown kind 0x%02x", i, kind)
 		}
 	}
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the last import", len(r.b)-r.pos)
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the last import", len(r.B)-r.Pos)
 	}
-	if r.err != nil {
-		return fmt.Errorf("fuel: import section: %w", r.err)
+	if r.Err != nil {
+		return fmt.Errorf("fuel: import section: %w", r.Err)
 	}
-	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+len(entry)+5), n+1)
-	p = append(p, r.b[entries:]...)
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.B)+len(entry)+5), n+1)
+	p = append(p, r.B[entries:]...)
 	s.Payload = append(p, entry...)
 	return nil
 }
@@ -302,21 +302,21 @@ func (in *instrumenter) globals(m *wasmbin.Module) error {
 		m.Insert(wasmbin.Section{ID: wasmbin.SectionGlobal, Payload: append([]byte{1}, fuel...)})
 		return nil
 	}
-	r := reader{b: s.Payload}
-	n := r.count(3)
-	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+16), n+1)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
-		r.valType()
-		r.byte()
-		p = append(p, r.b[start:r.pos]...)
+	r := reader{B: s.Payload}
+	n := r.Count(3)
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.B)+16), n+1)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		r.ValType()
+		r.Byte()
+		p = append(p, r.B[start:r.Pos]...)
 		p = in.constExpr(p, &r)
 	}
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the last global", len(r.b)-r.pos)
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the last global", len(r.B)-r.Pos)
 	}
-	if r.err != nil {
-		return fmt.Errorf("fuel: global section: %w", r.err)
+	if r.Err != nil {
+		return fmt.Errorf("fuel: global section: %w", r.Err)
 	}
 	in.fuelGlobal = in.importedGlobals + n
 	s.Payload = append(p, fuel...)
@@ -334,19 +334,19 @@ func (in *instrumenter) exports(m *wasmbin.Module) error {
 		m.Insert(wasmbin.Section{ID: wasmbin.SectionExport, Payload: append([]byte{1}, entry...)})
 		return nil
 	}
-	r := reader{b: s.Payload}
-	n := r.count(3)
-	p := wasmbin.AppendU32(make([]byte, 0, len(r.b)+len(entry)+8), n+1)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
-		name := r.name()
+	r := reader{B: s.Payload}
+	n := r.Count(3)
+	p := wasmbin.AppendU32(make([]byte, 0, len(r.B)+len(entry)+8), n+1)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		name := r.Name()
 		if string(name) == GlobalName {
 			return fmt.Errorf("%w: it exports %s", ErrInstrumented, GlobalName)
 		}
-		kind := r.byte()
-		p = append(p, r.b[start:r.pos]...)
-		idx := r.u32()
-		if kind == externFunc && r.err == nil {
+		kind := r.Byte()
+		p = append(p, r.B[start:r.Pos]...)
+		idx := r.U32()
+		if kind == externFunc && r.Err == nil {
 			var err error
 			if idx, err = in.funcIndex(idx); err != nil {
 				return fmt.Errorf("fuel: export %q: %w", name, err)
@@ -354,24 +354,24 @@ func (in *instrumenter) exports(m *wasmbin.Module) error {
 		}
 		p = wasmbin.AppendU32(p, idx)
 	}
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the last export", len(r.b)-r.pos)
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the last export", len(r.B)-r.Pos)
 	}
-	if r.err != nil {
-		return fmt.Errorf("fuel: export section: %w", r.err)
+	if r.Err != nil {
+		return fmt.Errorf("fuel: export section: %w", r.Err)
 	}
 	s.Payload = append(p, entry...)
 	return nil
 }
 
 func (in *instrumenter) start(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	idx := r.u32()
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the start function", len(r.b)-r.pos)
+	r := reader{B: payload}
+	idx := r.U32()
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the start function", len(r.B)-r.Pos)
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	idx, err := in.funcIndex(idx)
 	if err != nil {
@@ -382,101 +382,101 @@ func (in *instrumenter) start(payload []byte) ([]byte, error) {
 
 // tables fixes ref.func in table initialisers (typed function references).
 func (in *instrumenter) tables(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count(3)
+	r := reader{B: payload}
+	n := r.Count(3)
 	p := make([]byte, 0, len(payload)+8)
-	p = append(p, payload[:r.pos]...)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
+	p = append(p, payload[:r.Pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
 		init := false
-		if r.pos < len(r.b) && r.b[r.pos] == 0x40 {
-			r.pos++
-			if r.byte() != 0 {
-				r.fail("table %d: reserved byte is not zero", i)
+		if r.Pos < len(r.B) && r.B[r.Pos] == 0x40 {
+			r.Pos++
+			if r.Byte() != 0 {
+				r.Fail("table %d: reserved byte is not zero", i)
 			}
 			init = true
 		}
-		r.valType()
-		r.limits()
-		p = append(p, r.b[start:r.pos]...)
+		r.ValType()
+		r.Limits()
+		p = append(p, r.B[start:r.Pos]...)
 		if init {
 			p = in.constExpr(p, &r)
 		}
 	}
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the last table", len(r.b)-r.pos)
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the last table", len(r.B)-r.Pos)
 	}
-	return p, r.err
+	return p, r.Err
 }
 
 // elements fixes the function indices and ref.func of element segments.
 func (in *instrumenter) elements(payload []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count(2)
+	r := reader{B: payload}
+	n := r.Count(2)
 	p := make([]byte, 0, len(payload)+len(payload)/8+8)
-	p = append(p, payload[:r.pos]...)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		start := r.pos
-		flags := r.u32()
+	p = append(p, payload[:r.Pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		flags := r.U32()
 		if flags > 7 {
-			r.fail("element segment %d: unknown flags %d", i, flags)
+			r.Fail("element segment %d: unknown flags %d", i, flags)
 			break
 		}
 		if flags&1 == 0 { // active
 			if flags&2 != 0 {
-				r.u32() // table index
+				r.U32() // table index
 			}
-			p = append(p, r.b[start:r.pos]...)
+			p = append(p, r.B[start:r.Pos]...)
 			p = in.constExpr(p, &r) // offset
-			start = r.pos
+			start = r.Pos
 		}
 		if flags&3 != 0 {
 			if flags&4 == 0 {
-				r.byte() // element kind
+				r.Byte() // element kind
 			} else {
-				r.valType() // reference type
+				r.ValType() // reference type
 			}
 		}
-		count := r.count(1)
-		p = append(p, r.b[start:r.pos]...)
-		for j := uint32(0); j < count && r.err == nil; j++ {
+		count := r.Count(1)
+		p = append(p, r.B[start:r.Pos]...)
+		for j := uint32(0); j < count && r.Err == nil; j++ {
 			if flags&4 != 0 {
 				p = in.constExpr(p, &r)
 				continue
 			}
-			idx, err := in.funcIndex(r.u32())
+			idx, err := in.funcIndex(r.U32())
 			if err != nil {
 				return nil, err
 			}
 			p = wasmbin.AppendU32(p, idx)
 		}
 	}
-	if r.err == nil && r.pos != len(r.b) {
-		r.fail("%d bytes after the last element segment", len(r.b)-r.pos)
+	if r.Err == nil && r.Pos != len(r.B) {
+		r.Fail("%d bytes after the last element segment", len(r.B)-r.Pos)
 	}
-	return p, r.err
+	return p, r.Err
 }
 
 // constExpr copies the constant expression at r to p, fixing ref.func.
 func (in *instrumenter) constExpr(p []byte, r *reader) []byte {
-	for r.err == nil {
-		ins, err := wasmbin.DecodeInstr(r.b[r.pos:])
+	for r.Err == nil {
+		ins, err := wasmbin.DecodeInstr(r.B[r.Pos:])
 		if err != nil {
-			r.fail("constant expression at offset %d: %v", r.pos, err)
+			r.Fail("constant expression at offset %d: %v", r.Pos, err)
 			return p
 		}
 		if ins.Op == wasmbin.OpRefFunc {
 			idx, err := in.funcIndex(ins.Index)
 			if err != nil {
-				r.fail("ref.func: %v", err)
+				r.Fail("ref.func: %v", err)
 				return p
 			}
 			p = append(p, opRefFunc)
 			p = wasmbin.AppendU32(p, idx)
 		} else {
-			p = append(p, r.b[r.pos:r.pos+ins.Len]...)
+			p = append(p, r.B[r.Pos:r.Pos+ins.Len]...)
 		}
-		r.pos += ins.Len
+		r.Pos += ins.Len
 		if ins.Op == wasmbin.OpEnd {
 			break
 		}

@@ -85,11 +85,11 @@ func instrumentBody(t *testing.T, locals []byte, code ...[]byte) []byte {
 	require.NoError(t, err)
 	// The [] -> [] type is reused for out_of_fuel.
 	assert.Equal(t, vec(functype(nil, nil)), m.Section(wasmbin.SectionType).Payload)
-	r := reader{b: m.Section(wasmbin.SectionCode).Payload}
-	require.Equal(t, uint32(1), r.u32())
-	body := r.bytes(r.u32())
-	require.NoError(t, r.err)
-	assert.Empty(t, r.rest(), "bytes after the body")
+	r := reader{B: m.Section(wasmbin.SectionCode).Payload}
+	require.Equal(t, uint32(1), r.U32())
+	body := r.Bytes(r.U32())
+	require.NoError(t, r.Err)
+	assert.Empty(t, r.Rest(), "bytes after the body")
 	return body
 }
 

@@ -14,61 +14,61 @@ const (
 func (in *instrumenter) names(payload []byte) ([]byte, bool) {
 	out := make([]byte, 0, len(payload)+64)
 	var sub []byte
-	r := reader{b: payload}
-	for !r.done() {
-		id := r.byte()
-		content := r.bytes(r.u32())
-		if r.err != nil {
+	r := reader{B: payload}
+	for !r.Done() {
+		id := r.Byte()
+		content := r.Bytes(r.U32())
+		if r.Err != nil {
 			return nil, false
 		}
-		s := reader{b: content}
+		s := reader{B: content}
 		sub = sub[:0]
 		switch id {
 		case namesFunctions:
 			sub = in.nameMap(sub, &s, true)
 		case namesLocals, namesLabels:
-			n := s.count(2)
+			n := s.Count(2)
 			sub = wasmbin.AppendU32(sub, n)
-			for i := uint32(0); i < n && s.err == nil; i++ {
+			for i := uint32(0); i < n && s.Err == nil; i++ {
 				sub = in.funcIdx(sub, &s)
 				sub = in.nameMap(sub, &s, false)
 			}
 		default:
 			sub = append(sub, content...)
-			s.pos = len(content)
+			s.Pos = len(content)
 		}
-		if s.err != nil || s.pos != len(content) {
+		if s.Err != nil || s.Pos != len(content) {
 			return nil, false
 		}
 		out = append(out, id)
 		out = wasmbin.AppendU32(out, uint32(len(sub)))
 		out = append(out, sub...)
 	}
-	return out, r.err == nil
+	return out, r.Err == nil
 }
 
 // nameMap copies a name map, shifting its indices if they are function
 // indices.
 func (in *instrumenter) nameMap(out []byte, r *reader, funcs bool) []byte {
-	n := r.count(2)
+	n := r.Count(2)
 	out = wasmbin.AppendU32(out, n)
-	for i := uint32(0); i < n && r.err == nil; i++ {
+	for i := uint32(0); i < n && r.Err == nil; i++ {
 		if funcs {
 			out = in.funcIdx(out, r)
 		} else {
-			out = wasmbin.AppendU32(out, r.u32())
+			out = wasmbin.AppendU32(out, r.U32())
 		}
-		start := r.pos
-		r.name()
-		out = append(out, r.b[start:r.pos]...)
+		start := r.Pos
+		r.Name()
+		out = append(out, r.B[start:r.Pos]...)
 	}
 	return out
 }
 
 func (in *instrumenter) funcIdx(out []byte, r *reader) []byte {
-	idx, err := in.funcIndex(r.u32())
+	idx, err := in.funcIndex(r.U32())
 	if err != nil {
-		r.fail("%v", err)
+		r.Fail("%v", err)
 	}
 	return wasmbin.AppendU32(out, idx)
 }
