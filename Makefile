@@ -39,6 +39,7 @@ fuzz:
 	$(GO) test ./internal/fuel -run '^$$' -fuzz FuzzInstrument -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/errnoshim -run '^$$' -fuzz FuzzShim -fuzztime $(FUZZTIME)
 	$(GO) test ./wasi -run '^$$' -fuzz FuzzResolve -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+	$(GO) test ./internal/snapshot -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin

@@ -71,6 +71,8 @@ type SandboxConfig struct {
 type Sandbox struct {
 	g      *Guest
 	mounts []mounted // longest path first
+	order  []mounted // in preopen order
+	rootFS afero.Fs  // the in-memory root, nil when a mount replaces it
 	fscfg  wazero.FSConfig
 	errno  errnoSink
 	closed bool
@@ -109,14 +111,15 @@ func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
 			q = DefaultRootQuota
 		}
 		root := afero.NewMemMapFs()
-		for _, dir := range []string{"/tmp", "/work"} {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return nil, err
-			}
+		if err := makeRoot(root); err != nil {
+			return nil, err
 		}
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
 	s := &Sandbox{g: g}
+	if !hasRoot {
+		s.rootFS = mounts[0].FS
+	}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	for _, m := range mounts {
 		fsys, err := wasi.NewFS(m.FS, wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report})
@@ -126,9 +129,20 @@ func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
 		fscfg = fscfg.WithSysFSMount(fsys, m.Path).(sysfs.FSConfig)
 		s.mounts = append(s.mounts, mounted{path: m.Path, fs: fsys})
 	}
+	s.order = append([]mounted(nil), s.mounts...)
 	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
 	s.fscfg = fscfg.(wazero.FSConfig)
 	return s, nil
+}
+
+// makeRoot gives a new in-memory root its directories.
+func makeRoot(root afero.Fs) error {
+	for _, dir := range []string{"/tmp", "/work"} {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errnoSink passes the errnos that wazero cannot express (ENOSPC) from the

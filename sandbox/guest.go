@@ -67,6 +67,12 @@ type Options struct {
 	Install bool
 	// Progress is told how an installation proceeds.
 	Progress func(python.Progress)
+	// Sessions makes CompilePython compile the session build, which
+	// Guest.NewSession needs: CPython prepared so that it can pause between
+	// runs (asyncify, by Binaryen's wasm-opt; `fumehood guest install
+	// --session` prepares it). It runs code 25-50% slower than the plain
+	// build, so ask for it only where sessions are used.
+	Sessions bool
 }
 
 // Guest is a compiled guest module. It is safe for concurrent use: each run
@@ -81,6 +87,9 @@ type Guest struct {
 	memoryLimit int64 // default per-run bound
 	minMemory   int64 // the memory the guest declares it needs to start
 	closed      atomic.Bool
+	sessions    bool       // the session build: NewSession works
+	globals     []string   // the exported mutable globals but fuel
+	bases       baseImages // session base images, by mount layout
 
 	closeOnce sync.Once
 	closeErr  error
@@ -98,6 +107,12 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	if opts.Install {
 		load = python.Ensure
 	}
+	if opts.Sessions {
+		load = python.LoadSession
+		if opts.Install {
+			load = python.EnsureSession
+		}
+	}
 	wasm, build, err := load(ctx, popts)
 	if err != nil {
 		return nil, err
@@ -109,6 +124,13 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	}
 	g.python = true
 	g.id = build.SHA256
+	if opts.Sessions {
+		if err := g.sessionGlobals(wasm); err != nil {
+			g.Close(ctx)
+			return nil, err
+		}
+		g.sessions = true
+	}
 	return g, nil
 }
 
@@ -228,6 +250,28 @@ func minMemory(wasm []byte) (int64, error) {
 		return 0, nil
 	}
 	return int64(pages) << 16, nil
+}
+
+// sessionGlobals records the mutable globals a session's state holds:
+// every one the build exports, but the fuel meter, which each run sets.
+func (g *Guest) sessionGlobals(wasm []byte) error {
+	m, err := wasmbin.Parse(wasm)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	globals, err := wasmbin.MutableGlobals(m)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	for _, gl := range globals {
+		if gl.Export == "" {
+			return fmt.Errorf("%w: the session build does not export mutable global %d", ErrInvalidModule, gl.Index)
+		}
+		if gl.Export != fuel.GlobalName {
+			g.globals = append(g.globals, gl.Export)
+		}
+	}
+	return nil
 }
 
 // ID identifies the guest build: the SHA-256 of the binary that was compiled.

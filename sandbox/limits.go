@@ -177,6 +177,32 @@ func outOfFuel(ctx context.Context, _ api.Module) {
 	}
 }
 
+// supervise arms the fuel global with the first chunk of budget, points
+// sink at the instance's errno global and starts the watchdog. The function
+// it returns undoes all three and returns once the watchdog has ended, so
+// no goroutine outlives the run. Either global may be nil.
+func (r *runState) supervise(ctx context.Context, fuelGlobal, errnoGlobal api.MutableGlobal, budget int64, sink *errnoSink) (end func()) {
+	if fuelGlobal != nil {
+		r.arm(fuelGlobal, budget)
+	}
+	if sink != nil && errnoGlobal != nil {
+		sink.global = errnoGlobal
+	}
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		r.watch(ctx, done)
+	}()
+	return func() {
+		close(done)
+		<-watched
+		if sink != nil && errnoGlobal != nil {
+			sink.global = nil
+		}
+	}
+}
+
 // instantiateFuelHost adds the fumehood host module to rt.
 func instantiateFuelHost(ctx context.Context, rt wazero.Runtime) error {
 	_, err := rt.NewHostModuleBuilder(fuel.ImportModule).
@@ -242,11 +268,14 @@ func (m *linearMemory) Free() { m.buf = nil }
 // memoryAllocator gives each instance of a run a linearMemory.
 type memoryAllocator struct {
 	limit uint64
-	mem   *linearMemory
+	// reserve is the capacity to allocate up front, for a memory about to
+	// be grown to a known size (a session restored from a checkpoint).
+	reserve uint64
+	mem     *linearMemory
 }
 
 func (a *memoryAllocator) Allocate(capacity, maximum uint64) experimental.LinearMemory {
-	a.mem = &linearMemory{limit: min(a.limit, maximum), buf: make([]byte, 0, min(capacity, a.limit))}
+	a.mem = &linearMemory{limit: min(a.limit, maximum), buf: make([]byte, 0, min(max(capacity, a.reserve), a.limit, maximum))}
 	return a.mem
 }
 

@@ -101,6 +101,18 @@ type Result struct {
 	// MemoryLimitHit reports that the guest tried to grow its memory past
 	// the limit at least once.
 	MemoryLimitHit bool
+
+	// Session runs only (Session.Run):
+
+	// Value is the repr of the value of the code's last expression, when
+	// the code ends in an expression whose value is not None; HasValue
+	// says whether there is one. It is cut to MaxOutput characters, and
+	// ValueTruncated says so.
+	Value          string
+	HasValue       bool
+	ValueTruncated bool
+	// Exception is the Python exception the code raised, if any.
+	Exception *Exception
 }
 
 // ExitError reports a guest that exited with a non-zero status. The Result
@@ -277,23 +289,9 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 	}
 	defer mod.Close(context.WithoutCancel(ctx))
 
-	if gl, ok := mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal); ok {
-		r.arm(gl, budget)
-	}
-	if gl, ok := mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal); ok && sink != nil {
-		sink.global = gl
-		defer func() { sink.global = nil }()
-	}
-	done := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		r.watch(ctx, done)
-	}()
-	defer func() {
-		close(done)
-		<-watched // no goroutine outlives the run
-	}()
+	fuelGlobal, _ := mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
+	errnoGlobal, _ := mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)
+	defer r.supervise(ctx, fuelGlobal, errnoGlobal, budget, sink)()
 	_, err = mod.ExportedFunction("_start").Call(ctx)
 	return err
 }
@@ -383,12 +381,7 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 			WithNanosleep(r.sleep).
 			WithRandSource(rand.Reader)
 	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(env) {
 		v := env[k]
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: invalid environment variable %q", k)
@@ -396,6 +389,16 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 		mc = mc.WithEnv(k, v)
 	}
 	return mc, nil
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // withEnv returns a copy of env with key set to value.

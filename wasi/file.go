@@ -434,5 +434,6 @@ func (f *file) Close() sys.Errno {
 		errno = toErrno(f.af.Close())
 	}
 	f.n.open--
+	f.fs.handles--
 	return errno
 }

@@ -102,6 +102,8 @@ type FS struct {
 	used  Usage
 	nodes map[string]*node
 	ino   uint64 // the last inode number given out
+	// handles counts open handles, orphans included.
+	handles int
 }
 
 // node is what the FS knows of one path: its inode number and, while it is
@@ -431,6 +433,7 @@ func (f *FS) OpenFile(name string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 		}
 		n := f.nodeFor(r.path)
 		n.open++
+		f.handles++
 		return &file{fs: f, n: n, dir: true, read: true, nonblock: flag&sys.O_NONBLOCK != 0}, 0
 	case !mode.IsRegular():
 		return nil, sys.EACCES
@@ -476,6 +479,7 @@ func osAccess(read, write bool) int {
 func (f *FS) newFile(p string, af afero.File, read, write bool, flag sys.Oflag) *file {
 	n := f.nodeFor(p)
 	n.open++
+	f.handles++
 	return &file{
 		fs:       f,
 		n:        n,
@@ -865,3 +869,35 @@ func fileSize(af afero.File) (int64, sys.Errno) {
 }
 
 var _ sys.FS = (*FS)(nil)
+
+// OpenHandles returns, for every path with open handles, how many there
+// are. Paths are relative to the mount's root, "/" being the root itself.
+// A runtime that preopens the mount may hold a handle on "/" for as long
+// as the mount is attached.
+func (f *FS) OpenHandles() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	orphans := f.handles
+	for p, n := range f.nodes {
+		if n.open > 0 {
+			out[p] = n.open
+			orphans -= n.open
+		}
+	}
+	if orphans > 0 {
+		out[""] = orphans
+	}
+	return out
+}
+
+// Handles returns how many handles are open in all, and how many of them
+// are on the mount's root directory: a cheaper OpenHandles.
+func (f *FS) Handles() (all, root int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.nodes["/"]; n != nil {
+		root = n.open
+	}
+	return f.handles, root
+}

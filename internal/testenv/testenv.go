@@ -35,6 +35,28 @@ func Python(t testing.TB) *sandbox.Guest {
 	return python.guest
 }
 
+var sessions struct {
+	once  sync.Once
+	guest *sandbox.Guest
+	err   error
+}
+
+// PythonSessions returns the session build of the Python guest, compiled
+// once per test binary. It skips the test when Binaryen's wasm-opt, which
+// prepares that build, is not installed, and fails it when the build is
+// not prepared: `make test` prepares it first.
+func PythonSessions(t testing.TB) *sandbox.Guest {
+	t.Helper()
+	if _, err := exec.LookPath("wasm-opt"); err != nil {
+		t.Skip("Binaryen's wasm-opt is not installed: no session build")
+	}
+	sessions.once.Do(func() {
+		sessions.guest, sessions.err = sandbox.CompilePython(context.Background(), &sandbox.Options{Sessions: true})
+	})
+	require.NoError(t, sessions.err, "the session build of the Python guest is needed; `make test` prepares it")
+	return sessions.guest
+}
+
 var builds sync.Map // package path -> *build
 
 type build struct {

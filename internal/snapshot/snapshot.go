@@ -1,0 +1,460 @@
+// Package snapshot encodes and decodes the bytes of a paused session.
+//
+// A snapshot is untrusted input: it may be truncated, corrupted or crafted.
+// Decode checks the magic, the format version and a SHA-256 checksum over
+// the whole encoding before it looks at anything else, and bounds every
+// length by the Limits it is given, so that no input makes it allocate
+// more than those limits allow or panic.
+//
+// The encoding:
+//
+//	"FUMEHOOD" "SNAP"         12 bytes of magic
+//	version                   uint32, little-endian (Version)
+//	header length             uint32
+//	header                    JSON (Header)
+//	body length               uint64
+//	body                      one zstd frame: pages, then files (see encodeBody)
+//	checksum                  SHA-256 of every byte before it
+package snapshot
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Version is the format version this package writes and reads.
+const Version = 1
+
+// PageSize is the granularity of the memory image: the pages of linear
+// memory that differ from the base image are stored whole.
+const PageSize = 4096
+
+var magic = []byte("FUMEHOODSNAP")
+
+const (
+	prefixLen   = 12 + 4 + 4
+	checksumLen = sha256.Size
+)
+
+// Errors of Decode. Each wraps a description of what exactly was wrong.
+var (
+	// ErrFormat reports bytes that are not a fumehood snapshot at all.
+	ErrFormat = errors.New("not a fumehood snapshot")
+	// ErrVersion reports a snapshot of another format version.
+	ErrVersion = errors.New("unsupported snapshot format version")
+	// ErrCorrupt reports a truncated or damaged snapshot, or one whose
+	// content breaks the format's rules or the caller's limits.
+	ErrCorrupt = errors.New("corrupt snapshot")
+)
+
+// Global is the value of one exported mutable global of the guest.
+type Global struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+}
+
+// Mount describes one preopened directory of the session, in order.
+type Mount struct {
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	// InMemory marks the session's own in-memory filesystems, whose
+	// content is in the snapshot. Other mounts are the caller's volumes,
+	// which snapshots do not copy.
+	InMemory bool `json:"in_memory,omitempty"`
+}
+
+// Header is the uncompressed part of a snapshot: everything but the
+// memory pages and the file contents.
+type Header struct {
+	// Guest is the guest build's ID (the SHA-256 of its binary).
+	Guest string `json:"guest"`
+	// Base identifies the base image the pages are relative to.
+	Base string `json:"base"`
+	// MemorySize is the size of linear memory in bytes.
+	MemorySize uint64 `json:"memory_size"`
+	// AsyncifyBuffer is the address of the asyncify data buffer.
+	AsyncifyBuffer uint32 `json:"asyncify_buffer"`
+	// Globals are the guest's exported mutable globals.
+	Globals []Global `json:"globals"`
+	// Args and Env are the WASI set-up the guest was started with.
+	Args []string          `json:"args"`
+	Env  map[string]string `json:"env,omitempty"`
+	// Mounts is the mount layout, in preopen order.
+	Mounts []Mount `json:"mounts"`
+	// Session state the host keeps.
+	Runs          int64  `json:"runs"`
+	FuelUsed      int64  `json:"fuel_used"`
+	Deterministic bool   `json:"deterministic,omitempty"`
+	Seed          uint64 `json:"seed,omitempty"`
+	ClockNanos    int64  `json:"clock_nanos,omitempty"`
+}
+
+// Page is one PageSize piece of linear memory.
+type Page struct {
+	Index uint32 // the page's offset in memory divided by PageSize
+	Data  []byte // exactly PageSize bytes
+}
+
+// File kinds.
+const (
+	KindDir  = 0
+	KindFile = 1
+)
+
+// File is one entry of an in-memory filesystem.
+type File struct {
+	Mount   int    // index into Header.Mounts
+	Path    string // slash-separated, relative to the mount, clean, not empty
+	Kind    uint8
+	Mode    uint32 // permission bits
+	ModTime int64  // Unix nanoseconds
+	Data    []byte // a file's content
+}
+
+// Snapshot is a decoded snapshot.
+type Snapshot struct {
+	Header Header
+	Pages  []Page // in increasing Index order
+	Files  []File // parents before children
+}
+
+// Limits bound what Decode accepts.
+type Limits struct {
+	// MaxSize bounds the encoded snapshot in bytes.
+	MaxSize int64
+	// MaxMemory bounds Header.MemorySize.
+	MaxMemory uint64
+	// MaxFileBytes and MaxFiles bound the files' total size and number.
+	MaxFileBytes int64
+	MaxFiles     int64
+}
+
+// Encode writes s to w.
+func Encode(w io.Writer, s *Snapshot) error {
+	header, err := json.Marshal(&s.Header)
+	if err != nil {
+		return err
+	}
+	var body bytes.Buffer
+	enc, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	if err := encodeBody(enc, s); err != nil {
+		return err
+	}
+	if err := enc.Close(); err != nil {
+		return err
+	}
+	h := sha256.New()
+	out := io.MultiWriter(w, h)
+	var buf [8]byte
+	put32 := func(v uint32) error {
+		binary.LittleEndian.PutUint32(buf[:4], v)
+		_, err := out.Write(buf[:4])
+		return err
+	}
+	if _, err := out.Write(magic); err != nil {
+		return err
+	}
+	if err := put32(Version); err != nil {
+		return err
+	}
+	if err := put32(uint32(len(header))); err != nil {
+		return err
+	}
+	if _, err := out.Write(header); err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(buf[:], uint64(body.Len()))
+	if _, err := out.Write(buf[:]); err != nil {
+		return err
+	}
+	if _, err := out.Write(body.Bytes()); err != nil {
+		return err
+	}
+	_, err = w.Write(h.Sum(nil))
+	return err
+}
+
+// encodeBody writes the pages and the files:
+//
+//	page count uint32, then per page: index uint32, PageSize bytes
+//	file count uint32, then per file: mount uint32, kind uint8, mode uint32,
+//	  mtime int64, path length uint32, path, data length uint64, data
+func encodeBody(w io.Writer, s *Snapshot) error {
+	bw := &binWriter{w: w}
+	bw.u32(uint32(len(s.Pages)))
+	for _, p := range s.Pages {
+		if len(p.Data) != PageSize {
+			return fmt.Errorf("snapshot: page %d has %d bytes", p.Index, len(p.Data))
+		}
+		bw.u32(p.Index)
+		bw.bytes(p.Data)
+	}
+	bw.u32(uint32(len(s.Files)))
+	for _, f := range s.Files {
+		bw.u32(uint32(f.Mount))
+		bw.bytes([]byte{f.Kind})
+		bw.u32(f.Mode)
+		bw.u64(uint64(f.ModTime))
+		bw.u32(uint32(len(f.Path)))
+		bw.bytes([]byte(f.Path))
+		bw.u64(uint64(len(f.Data)))
+		bw.bytes(f.Data)
+	}
+	return bw.err
+}
+
+type binWriter struct {
+	w   io.Writer
+	buf [8]byte
+	err error
+}
+
+func (b *binWriter) bytes(p []byte) {
+	if b.err == nil {
+		_, b.err = b.w.Write(p)
+	}
+}
+
+func (b *binWriter) u32(v uint32) {
+	binary.LittleEndian.PutUint32(b.buf[:4], v)
+	b.bytes(b.buf[:4])
+}
+
+func (b *binWriter) u64(v uint64) {
+	binary.LittleEndian.PutUint64(b.buf[:], v)
+	b.bytes(b.buf[:])
+}
+
+// Decode reads and checks a snapshot. Every error matches ErrFormat,
+// ErrVersion or ErrCorrupt.
+func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
+	data, err := io.ReadAll(io.LimitReader(r, lim.MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading: %w", ErrCorrupt, err)
+	}
+	if int64(len(data)) > lim.MaxSize {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrCorrupt, lim.MaxSize)
+	}
+	if len(data) < len(magic) || !bytes.Equal(data[:len(magic)], magic) {
+		if len(data) < len(magic) && bytes.HasPrefix(magic, data) {
+			return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(data))
+		}
+		return nil, ErrFormat
+	}
+	if len(data) < prefixLen {
+		return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(data))
+	}
+	if v := binary.LittleEndian.Uint32(data[12:]); v != Version {
+		return nil, fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, v, Version)
+	}
+	if len(data) < prefixLen+8+checksumLen {
+		return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(data))
+	}
+	content, sum := data[:len(data)-checksumLen], data[len(data)-checksumLen:]
+	if got := sha256.Sum256(content); !bytes.Equal(got[:], sum) {
+		return nil, fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCorrupt)
+	}
+	rest := content[16:]
+	hlen := uint64(binary.LittleEndian.Uint32(rest))
+	rest = rest[4:]
+	if hlen > uint64(len(rest)) {
+		return nil, fmt.Errorf("%w: header length %d past the end", ErrCorrupt, hlen)
+	}
+	s := &Snapshot{}
+	dec := json.NewDecoder(bytes.NewReader(rest[:hlen]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s.Header); err != nil {
+		return nil, fmt.Errorf("%w: header: %w", ErrCorrupt, err)
+	}
+	rest = rest[hlen:]
+	if len(rest) < 8 {
+		return nil, fmt.Errorf("%w: no body", ErrCorrupt)
+	}
+	blen := binary.LittleEndian.Uint64(rest)
+	rest = rest[8:]
+	if blen != uint64(len(rest)) {
+		return nil, fmt.Errorf("%w: body length %d, %d bytes present", ErrCorrupt, blen, len(rest))
+	}
+	if err := checkHeader(&s.Header, lim); err != nil {
+		return nil, err
+	}
+	maxPages := s.Header.MemorySize / PageSize
+	// What the body may hold once decompressed: every page, every file.
+	maxBody := 8 + maxPages*(4+PageSize) + uint64(lim.MaxFileBytes) + uint64(lim.MaxFiles)*(4+1+4+8+4+4096+8)
+	zr, err := zstd.NewReader(bytes.NewReader(rest), zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxMemory(maxBody+1), zstd.WithDecoderMaxWindow(64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	defer zr.Close()
+	br := &binReader{r: io.LimitReader(zr, int64(min(maxBody, 1<<62)))}
+	if err := decodeBody(br, s, maxPages, lim); err != nil {
+		return nil, err
+	}
+	// Nothing may follow the files.
+	var one [1]byte
+	if n, _ := io.ReadFull(br.r, one[:]); n != 0 {
+		return nil, fmt.Errorf("%w: data after the last file", ErrCorrupt)
+	}
+	return s, nil
+}
+
+func checkHeader(h *Header, lim Limits) error {
+	switch {
+	case h.Guest == "" || h.Base == "":
+		return fmt.Errorf("%w: no guest or base image ID", ErrCorrupt)
+	case h.MemorySize == 0 || h.MemorySize%65536 != 0 || h.MemorySize > lim.MaxMemory:
+		return fmt.Errorf("%w: memory size %d (at most %d, a multiple of 64 KiB)", ErrCorrupt, h.MemorySize, lim.MaxMemory)
+	case h.AsyncifyBuffer == 0 || uint64(h.AsyncifyBuffer) >= h.MemorySize:
+		return fmt.Errorf("%w: asyncify buffer at %d outside memory", ErrCorrupt, h.AsyncifyBuffer)
+	case len(h.Mounts) == 0:
+		return fmt.Errorf("%w: no mounts", ErrCorrupt)
+	case h.Runs < 0 || h.FuelUsed < 0 || h.ClockNanos < 0:
+		return fmt.Errorf("%w: negative counters", ErrCorrupt)
+	}
+	return nil
+}
+
+func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
+	n := br.u32()
+	if br.err == nil && uint64(n) > maxPages {
+		return fmt.Errorf("%w: %d pages for %d bytes of memory", ErrCorrupt, n, s.Header.MemorySize)
+	}
+	if br.err == nil {
+		s.Pages = make([]Page, 0, n)
+	}
+	next := uint64(0) // the smallest index the next page may have
+	for i := uint32(0); i < n && br.err == nil; i++ {
+		idx := br.u32()
+		if br.err == nil && (uint64(idx) < next || uint64(idx) >= maxPages) {
+			return fmt.Errorf("%w: page index %d out of order or outside memory", ErrCorrupt, idx)
+		}
+		next = uint64(idx) + 1
+		s.Pages = append(s.Pages, Page{Index: idx, Data: br.bytes(PageSize)})
+	}
+	nf := br.u32()
+	if br.err == nil && int64(nf) > lim.MaxFiles {
+		return fmt.Errorf("%w: %d files (at most %d)", ErrCorrupt, nf, lim.MaxFiles)
+	}
+	var total int64
+	all, dirs := map[string]bool{}, map[string]bool{}
+	for i := uint32(0); i < nf && br.err == nil; i++ {
+		var f File
+		f.Mount = int(br.u32())
+		kind := br.bytes(1)
+		f.Mode = br.u32()
+		f.ModTime = int64(br.u64())
+		plen := br.u32()
+		if br.err != nil {
+			break
+		}
+		if plen > 4096 {
+			return fmt.Errorf("%w: a path of %d bytes", ErrCorrupt, plen)
+		}
+		f.Path = string(br.bytes(int(plen)))
+		dlen := br.u64()
+		if br.err != nil {
+			break
+		}
+		f.Kind = kind[0]
+		if f.Mount < 0 || f.Mount >= len(s.Header.Mounts) || !s.Header.Mounts[f.Mount].InMemory {
+			return fmt.Errorf("%w: file %q in mount %d, which is not an in-memory mount", ErrCorrupt, f.Path, f.Mount)
+		}
+		if !validPath(f.Path) {
+			return fmt.Errorf("%w: invalid path %q", ErrCorrupt, f.Path)
+		}
+		key := fmt.Sprintf("%d\x00%s", f.Mount, f.Path)
+		if all[key] {
+			return fmt.Errorf("%w: %q twice", ErrCorrupt, f.Path)
+		}
+		if dir := path.Dir(f.Path); dir != "." && !dirs[fmt.Sprintf("%d\x00%s", f.Mount, dir)] {
+			return fmt.Errorf("%w: %q comes before its directory", ErrCorrupt, f.Path)
+		}
+		all[key] = true
+		dirs[key] = f.Kind == KindDir
+		switch f.Kind {
+		case KindDir:
+			if dlen != 0 {
+				return fmt.Errorf("%w: directory %q has data", ErrCorrupt, f.Path)
+			}
+		case KindFile:
+			total += int64(min(dlen, 1<<62))
+			if dlen > 1<<62 || total > lim.MaxFileBytes {
+				return fmt.Errorf("%w: files larger than %d bytes in all", ErrCorrupt, lim.MaxFileBytes)
+			}
+			f.Data = br.bytes(int(dlen))
+		default:
+			return fmt.Errorf("%w: file kind %d", ErrCorrupt, f.Kind)
+		}
+		s.Files = append(s.Files, f)
+	}
+	if br.err != nil {
+		return fmt.Errorf("%w: body: %w", ErrCorrupt, br.err)
+	}
+	return nil
+}
+
+// validPath reports whether p is a clean, relative, slash-separated path
+// naming something below a mount.
+func validPath(p string) bool {
+	return p != "" && p != "." && !strings.HasPrefix(p, "/") && path.Clean(p) == p &&
+		p != ".." && !strings.HasPrefix(p, "../") && strings.IndexByte(p, 0) < 0
+}
+
+type binReader struct {
+	r   io.Reader
+	buf [8]byte
+	err error
+}
+
+func (b *binReader) bytes(n int) []byte {
+	if b.err != nil {
+		return nil
+	}
+	p := make([]byte, 0, min(n, 1<<20))
+	// Grow as data arrives, so a length field cannot make us allocate
+	// more than the body really holds.
+	for len(p) < n && b.err == nil {
+		chunk := min(n-len(p), 1<<20)
+		start := len(p)
+		p = append(p, make([]byte, chunk)...)
+		if _, err := io.ReadFull(b.r, p[start:]); err != nil {
+			b.err = fmt.Errorf("truncated: %w", err)
+		}
+	}
+	return p
+}
+
+func (b *binReader) u32() uint32 {
+	if b.err != nil {
+		return 0
+	}
+	if _, err := io.ReadFull(b.r, b.buf[:4]); err != nil {
+		b.err = fmt.Errorf("truncated: %w", err)
+		return 0
+	}
+	return binary.LittleEndian.Uint32(b.buf[:4])
+}
+
+func (b *binReader) u64() uint64 {
+	if b.err != nil {
+		return 0
+	}
+	if _, err := io.ReadFull(b.r, b.buf[:]); err != nil {
+		b.err = fmt.Errorf("truncated: %w", err)
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b.buf[:])
+}

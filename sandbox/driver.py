@@ -1,0 +1,124 @@
+# The session driver: the program a session's interpreter runs. It is
+# fumehood's own code, run as `python -u -B -c DRIVER`.
+#
+# It reads requests from fd 0, each "<length>\n<JSON>", runs each request's
+# code in one persistent __main__ namespace, and writes the outcome as JSON
+# to the control file. Between requests it blocks in os.read(0), which is
+# where the host pauses the interpreter (asyncify unwinds from fd_read), so
+# everything below must leave no file open across that read.
+import ast, builtins, json, linecache, os, sys, traceback, types
+
+def _driver():
+    G = globals()
+    main = types.ModuleType('__main__')
+    main.__builtins__ = builtins
+    sys.modules['__main__'] = main
+    ns = main.__dict__
+    read, write, loads, dumps = os.read, os.write, json.loads, json.dumps
+    buf = bytearray()
+    runs = []
+
+    def need(n):
+        while len(buf) < n:
+            chunk = read(0, 1 << 20)
+            if not chunk:
+                raise SystemExit(0)
+            buf.extend(chunk)
+
+    def request():
+        while b'\n' not in buf:
+            need(len(buf) + 1)
+        head, _, rest = bytes(buf).partition(b'\n')
+        buf[:] = rest
+        n = int(head)
+        need(n)
+        body = bytes(buf[:n])
+        del buf[:n]
+        return loads(body)
+
+    def trimmed(e):
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_globals is G:
+            tb = tb.tb_next
+        if isinstance(e, SyntaxError):
+            tb = None
+        return tb
+
+    def run(req):
+        out = {}
+        env = req.get('env')
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        seed = req.get('seed')
+        if seed is not None and 'random' in sys.modules:
+            sys.modules['random'].seed(bytes.fromhex(seed))
+        code = req.get('code')
+        if code is None:
+            return out
+        name = '<run-%d>' % req.get('n', 0)
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        runs.append(name)
+        if len(runs) > 64:
+            linecache.cache.pop(runs.pop(0), None)
+        try:
+            tree = ast.parse(code, name, 'exec')
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, name, 'exec'), ns)
+            if last is not None:
+                value = eval(compile(last, name, 'eval'), ns)
+                if value is not None:
+                    builtins._ = value
+                    r = repr(value)
+                    limit = req.get('max_value', 1 << 20)
+                    if len(r) > limit:
+                        out['value_truncated'] = True
+                        r = r[:limit]
+                    out['value'] = r
+        except SystemExit as e:
+            code = e.code
+            if code is None:
+                code = 0
+            elif not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+            out['exit'] = code
+        except BaseException as e:
+            text = ''.join(traceback.format_exception(type(e), e, trimmed(e)))
+            try:
+                sys.stderr.write(text)
+            except BaseException:
+                pass
+            try:
+                message = str(e)
+            except BaseException:
+                message = '<unprintable %s>' % type(e).__name__
+            out['exception'] = {
+                'type': type(e).__module__ + '.' + type(e).__qualname__ if type(e).__module__ not in ('builtins', '__main__') else type(e).__qualname__,
+                'message': message,
+                'traceback': text,
+            }
+        return out
+
+    while True:
+        req = request()
+        try:
+            out = run(req)
+        except BaseException as e:
+            out = {'exception': {'type': type(e).__name__, 'message': 'session driver: ' + str(e), 'traceback': ''}}
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except BaseException:
+                pass
+        data = dumps(out).encode()
+        fd = os.open(req['result'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            while data:
+                data = data[write(fd, data):]
+        finally:
+            os.close(fd)
+
+_driver()

@@ -1,0 +1,216 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/fumehood/fumehood/internal/snapshot"
+)
+
+// pageSize is the granularity at which session memory is compared, kept
+// and restored.
+const pageSize = snapshot.PageSize
+
+// wasmPage is the unit in which linear memory grows.
+const wasmPage = 65536
+
+// asyncBufSize is the size of the asyncify data buffer: one wasm page,
+// grown at the first pause. The unwind of the session driver needs well
+// under 1 KiB of it.
+const asyncBufSize = wasmPage
+
+// baseImage is a session's interpreter right after start-up: CPython
+// started, the driver loaded and paused waiting for its first request. It
+// is taken once per guest and mount layout, deterministically (fixed clock,
+// seeded randomness, PYTHONHASHSEED=0), so that every process builds the
+// same one and snapshots can store only the pages that differ from it.
+type baseImage struct {
+	layout  string
+	digest  string   // SHA-256 of the memory and globals
+	mem     []byte   // linear memory at the first pause; never written
+	globals []uint64 // in the order of Guest.globals
+	buf     uint32   // address of the asyncify buffer
+	// fresh lists the pages that differ from the memory of a freshly
+	// instantiated module, which are all a restore must write.
+	fresh []uint32
+}
+
+// page returns page i of the base image, or nil past its end (zeros).
+func (b *baseImage) page(i int) []byte {
+	if (i+1)*pageSize > len(b.mem) {
+		return nil
+	}
+	return b.mem[i*pageSize : (i+1)*pageSize]
+}
+
+var zeroPage = make([]byte, pageSize)
+
+// checkpoint is a session's state between runs, kept as the pages that
+// differ from the base image. Pages are never written once made: an update
+// replaces the slices of changed pages, so forks share the rest.
+type checkpoint struct {
+	size    uint64   // memory size in bytes
+	pages   [][]byte // nil where the page equals the base image's
+	globals []uint64
+}
+
+// update records mem's pages and the globals as the new checkpoint.
+func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64) {
+	n := len(mem) / pageSize
+	if len(c.pages) < n {
+		c.pages = append(c.pages, make([][]byte, n-len(c.pages))...)
+	}
+	c.pages = c.pages[:n]
+	for i := 0; i < n; i++ {
+		cur := mem[i*pageSize : (i+1)*pageSize]
+		ref := c.pages[i]
+		if ref == nil {
+			if ref = base.page(i); ref == nil {
+				ref = zeroPage
+			}
+		}
+		if !bytes.Equal(cur, ref) {
+			c.pages[i] = bytes.Clone(cur)
+		}
+	}
+	c.size = uint64(len(mem))
+	c.globals = append(c.globals[:0], globals...)
+}
+
+// clone returns a copy that shares the (immutable) pages.
+func (c *checkpoint) clone() *checkpoint {
+	return &checkpoint{size: c.size, pages: append([][]byte(nil), c.pages...), globals: append([]uint64(nil), c.globals...)}
+}
+
+// restore writes the checkpoint into the memory of a freshly instantiated
+// module: the pages where the base differs from a fresh memory, then the
+// checkpoint's own pages.
+func (c *checkpoint) restore(base *baseImage, mod api.Module, lm func() []byte, globals []string) error {
+	mem := mod.Memory()
+	if mem == nil {
+		return fmt.Errorf("sandbox: the guest has no memory")
+	}
+	if have := uint64(mem.Size()); have < c.size {
+		if _, ok := mem.Grow(uint32((c.size - have) / wasmPage)); !ok {
+			return fmt.Errorf("%w: the session needs %d bytes of memory", ErrMemoryLimit, c.size)
+		}
+	} else if have > c.size {
+		return fmt.Errorf("sandbox: a fresh instance has %d bytes of memory, more than the session's %d", have, c.size)
+	}
+	buf := lm()
+	for _, i := range base.fresh {
+		if int(i) < len(c.pages) && c.pages[i] != nil {
+			continue
+		}
+		if p := base.page(int(i)); p != nil && int(i+1)*pageSize <= len(buf) {
+			copy(buf[int(i)*pageSize:], p)
+		}
+	}
+	for i, p := range c.pages {
+		if p != nil {
+			copy(buf[i*pageSize:], p)
+		}
+	}
+	return setGlobals(mod, globals, c.globals)
+}
+
+func setGlobals(mod api.Module, names []string, values []uint64) error {
+	if len(values) != len(names) {
+		return fmt.Errorf("sandbox: %d global values for %d globals", len(values), len(names))
+	}
+	for i, name := range names {
+		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)
+		if !ok {
+			return fmt.Errorf("sandbox: the guest exports no mutable global %s", name)
+		}
+		g.Set(values[i])
+	}
+	return nil
+}
+
+func getGlobals(mod api.Module, names []string) []uint64 {
+	out := make([]uint64, len(names))
+	for i, name := range names {
+		out[i] = mod.ExportedGlobal(name).Get()
+	}
+	return out
+}
+
+// digestImage identifies a base image by its content.
+func digestImage(mem []byte, globals []uint64, buf uint32) string {
+	h := sha256.New()
+	h.Write(mem)
+	var b [8]byte
+	for _, g := range globals {
+		binary.LittleEndian.PutUint64(b[:], g)
+		h.Write(b[:])
+	}
+	binary.LittleEndian.PutUint32(b[:4], buf)
+	h.Write(b[:4])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// layoutKey names a mount layout: the preopens in order, and whether each
+// is read-only.
+func layoutKey(mounts []snapshot.Mount) string {
+	var sb strings.Builder
+	for _, m := range mounts {
+		sb.WriteString(m.Path)
+		if m.ReadOnly {
+			sb.WriteString(":ro")
+		}
+		sb.WriteByte(0)
+	}
+	return sb.String()
+}
+
+// baseImages builds each base image once per guest, however many sessions
+// ask for it at once.
+type baseImages struct {
+	mu     sync.Mutex
+	images map[string]*baseEntry
+}
+
+type baseEntry struct {
+	done chan struct{}
+	img  *baseImage
+	err  error
+}
+
+// get returns the base image for layout, building it with build on first use.
+func (b *baseImages) get(ctx context.Context, layout string, build func(context.Context) (*baseImage, error)) (*baseImage, error) {
+	b.mu.Lock()
+	if b.images == nil {
+		b.images = map[string]*baseEntry{}
+	}
+	e := b.images[layout]
+	if e == nil {
+		e = &baseEntry{done: make(chan struct{})}
+		b.images[layout] = e
+		b.mu.Unlock()
+		e.img, e.err = build(ctx)
+		if e.err != nil {
+			// Let a later caller try again.
+			b.mu.Lock()
+			delete(b.images, layout)
+			b.mu.Unlock()
+		}
+		close(e.done)
+	} else {
+		b.mu.Unlock()
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return e.img, e.err
+}

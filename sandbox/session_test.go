@@ -1,0 +1,343 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/afero"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// newSession starts a session on the session build, closed at the end of the test.
+func newSession(t *testing.T, cfg *sandbox.SessionConfig) *sandbox.Session {
+	t.Helper()
+	s, err := testenv.PythonSessions(t).NewSession(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// run runs code, requires success and returns the result.
+func run(t *testing.T, s *sandbox.Session, code string) *sandbox.Result {
+	t.Helper()
+	res, err := s.Run(context.Background(), code, nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	return res
+}
+
+func TestSessionKeepsState(t *testing.T) {
+	s := newSession(t, nil)
+	res := run(t, s, "x = 41\nprint('set')")
+	assert.Equal(t, "set\n", string(res.Stdout))
+	assert.False(t, res.HasValue)
+	assert.Positive(t, res.FuelUsed)
+
+	res = run(t, s, "x + 1")
+	assert.Equal(t, "42", res.Value)
+	assert.True(t, res.HasValue)
+
+	// Imports, functions, classes and files last too.
+	run(t, s, `import json
+def double(v): return 2 * v
+class Point:
+    def __init__(self, x, y): self.x, self.y = x, y
+    def __repr__(self): return f"Point({self.x}, {self.y})"
+with open('/work/notes.txt', 'w') as f: f.write('kept')`)
+	res = run(t, s, "p = Point(double(x), json.dumps([1]))\np")
+	assert.Equal(t, "Point(82, [1])", res.Value)
+	res = run(t, s, "open('/work/notes.txt').read()")
+	assert.Equal(t, "'kept'", res.Value)
+	data, err := s.Sandbox().ReadFile("/work/notes.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "kept", string(data))
+
+	// None is no value; _ holds the last value, as in the REPL.
+	res = run(t, s, "None")
+	assert.False(t, res.HasValue)
+	assert.Equal(t, "'kept'", run(t, s, "_").Value)
+	assert.Equal(t, int64(7), s.Runs())
+	assert.Positive(t, s.FuelUsed())
+}
+
+func TestSessionException(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "def f(): return 1 / 0")
+	res, err := s.Run(context.Background(), "y = 5\nf()", nil)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "ZeroDivisionError", exc.Type)
+	assert.Equal(t, "division by zero", exc.Message)
+	assert.Contains(t, exc.Traceback, `File "<run-2>", line 2, in <module>`)
+	assert.Contains(t, exc.Traceback, "return 1 / 0")
+	assert.NotContains(t, exc.Traceback, "_driver")
+	assert.Same(t, exc, res.Exception)
+	assert.Equal(t, 1, res.ExitCode)
+	assert.Contains(t, string(res.Stderr), "ZeroDivisionError: division by zero")
+	// What ran before the exception stays.
+	assert.Equal(t, "5", run(t, s, "y").Value)
+
+	_, err = s.Run(context.Background(), "def (:", nil)
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "SyntaxError", exc.Type)
+
+	_, err = s.Run(context.Background(), "import json\njson.loads('{')", nil)
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "json.decoder.JSONDecodeError", exc.Type)
+
+	res, err = s.Run(context.Background(), "import sys\nsys.exit(3)", nil)
+	var exit *sandbox.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 3, exit.Code)
+	assert.Equal(t, 3, res.ExitCode)
+	assert.Equal(t, "5", run(t, s, "y").Value, "SystemExit leaves the session running")
+}
+
+func TestSessionStopRollsBack(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "x = 1")
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		code string
+		cfg  *sandbox.Config
+		want error
+	}{
+		"deadline": {"x = 2\nwhile True: pass", &sandbox.Config{Timeout: 100 * time.Millisecond}, context.DeadlineExceeded},
+		"fuel":     {"x = 3\nwhile True: pass", &sandbox.Config{Fuel: 50_000_000}, sandbox.ErrFuelExhausted},
+		"output":   {"x = 4\nwhile True: print('y' * 1000)", &sandbox.Config{MaxOutput: 10_000, StopAtOutputLimit: true}, sandbox.ErrOutputLimit},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, err := s.Run(ctx, tc.code, tc.cfg)
+			require.ErrorIs(t, err, tc.want)
+			assert.Equal(t, -1, res.ExitCode)
+			// The session is as it was before the stopped run.
+			assert.Equal(t, "1", run(t, s, "x").Value)
+		})
+	}
+	// os._exit ends the interpreter: rolled back too.
+	_, err := s.Run(ctx, "import os\nx = 9\nos._exit(4)", nil)
+	var exit *sandbox.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 4, exit.Code)
+	assert.Equal(t, "1", run(t, s, "x").Value)
+}
+
+func TestSessionStopWithOpenFileCloses(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "f = open('/tmp/held', 'w')")
+	_, err := s.Run(context.Background(), "while True: pass", &sandbox.Config{Timeout: 50 * time.Millisecond})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = s.Run(context.Background(), "1", nil)
+	require.ErrorIs(t, err, sandbox.ErrSessionClosed)
+	assert.Contains(t, err.Error(), "files open")
+}
+
+func TestSessionMemoryLimit(t *testing.T) {
+	s := newSession(t, &sandbox.SessionConfig{MemoryLimit: 64 << 20})
+	res, err := s.Run(context.Background(), "b = bytearray(2**30)", nil)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "MemoryError", exc.Type)
+	assert.True(t, res.MemoryLimitHit)
+	assert.LessOrEqual(t, res.PeakMemory, int64(64<<20))
+	assert.Equal(t, "2", run(t, s, "1 + 1").Value)
+}
+
+func TestSessionFuelBudget(t *testing.T) {
+	s := newSession(t, &sandbox.SessionConfig{Fuel: 400_000_000})
+	for i := 0; ; i++ {
+		_, err := s.Run(context.Background(), "sum(range(100_000))", nil)
+		if err != nil {
+			require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+			break
+		}
+		require.Less(t, i, 1000, "the session budget never ran out")
+	}
+	assert.LessOrEqual(t, s.FuelUsed(), int64(400_000_000))
+	_, err := s.Run(context.Background(), "1", nil)
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+}
+
+func TestSessionStdinAndEnv(t *testing.T) {
+	s := newSession(t, &sandbox.SessionConfig{Env: map[string]string{"GREETING": "hi"}})
+	res, err := s.Run(context.Background(), "import os, sys\nprint(os.environ['GREETING'], sys.stdin.readline().strip())\nsorted(os.environ)",
+		&sandbox.Config{Stdin: strings.NewReader("there\n")})
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Equal(t, "hi there\n", string(res.Stdout))
+	assert.Equal(t, "['GREETING']", res.Value, "the base image's PYTHONHASHSEED does not leak")
+	// Without Stdin, reading gives end of file, not the next request.
+	res = run(t, s, "input.__name__ and sys.stdin.read()")
+	assert.Equal(t, "''", res.Value)
+	_, err = s.Run(context.Background(), "1", &sandbox.Config{Env: map[string]string{"A": "b"}})
+	assert.Error(t, err)
+}
+
+func TestSessionDeterministic(t *testing.T) {
+	cfg := &sandbox.SessionConfig{Deterministic: true, Seed: 7}
+	code := "import random, time\n(random.random(), time.time())"
+	a := run(t, newSession(t, cfg), code)
+	b := run(t, newSession(t, cfg), code)
+	assert.Equal(t, a.Value, b.Value)
+	assert.Equal(t, a.FuelUsed, b.FuelUsed)
+	c := run(t, newSession(t, &sandbox.SessionConfig{Deterministic: true, Seed: 8}), code)
+	assert.NotEqual(t, a.Value, c.Value)
+}
+
+func snapshotOf(t *testing.T, s *sandbox.Session) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, s.Snapshot(&buf))
+	return buf.Bytes()
+}
+
+func resume(t *testing.T, snap []byte, cfg *sandbox.SessionConfig) *sandbox.Session {
+	t.Helper()
+	s, err := testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestSessionSnapshotChain(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "import collections\nclass C:\n    n = 0\ncounts = collections.Counter()\nopen('/work/log', 'w').write('0')")
+	for i := 1; i <= 3; i++ {
+		snap := snapshotOf(t, s)
+		assert.Less(t, len(snap), 2<<20)
+		s = resume(t, snap, nil)
+		run(t, s, "C.n += 1\ncounts['x'] += 1\nopen('/work/log', 'a').write(str(C.n))")
+	}
+	assert.Equal(t, "(3, 3, '0123')", run(t, s, "(C.n, counts['x'], open('/work/log').read())").Value)
+	assert.Equal(t, int64(4+1), s.Runs())
+}
+
+func TestSessionSnapshotRefusesOpenFiles(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "f = open('/work/data', 'w')")
+	err := s.Snapshot(&bytes.Buffer{})
+	require.ErrorIs(t, err, sandbox.ErrOpenFiles)
+	_, err = s.Fork(context.Background())
+	require.ErrorIs(t, err, sandbox.ErrOpenFiles)
+	run(t, s, "f.close()")
+	require.NoError(t, s.Snapshot(&bytes.Buffer{}))
+}
+
+func TestSessionForksDiverge(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "import random\nitems = [1]\nopen('/work/f', 'w').write('base')")
+	a, err := s.Fork(context.Background())
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := s.Fork(context.Background())
+	require.NoError(t, err)
+	defer b.Close()
+	run(t, a, "items.append('a')\nopen('/work/f', 'w').write('a')")
+	run(t, b, "items.append('b')")
+	assert.Equal(t, "([1, 'a'], 'a')", run(t, a, "items, open('/work/f').read()").Value)
+	assert.Equal(t, "([1, 'b'], 'base')", run(t, b, "items, open('/work/f').read()").Value)
+	assert.Equal(t, "([1], 'base')", run(t, s, "items, open('/work/f').read()").Value)
+	// Forks are reseeded: their random streams differ.
+	assert.NotEqual(t, run(t, a, "random.random()").Value, run(t, b, "random.random()").Value)
+}
+
+func TestSessionVolumesAndLayout(t *testing.T) {
+	vol := afero.NewMemMapFs()
+	cfg := &sandbox.SessionConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: vol}}}
+	s := newSession(t, cfg)
+	run(t, s, "open('/data/v', 'w').write('volume')\nopen('/work/r', 'w').write('root')")
+	snap := snapshotOf(t, s)
+
+	// The volume is not in the snapshot: the resumed session sees the
+	// volume it is given.
+	r := resume(t, snap, cfg)
+	assert.Equal(t, "('volume', 'root')", run(t, r, "open('/data/v').read(), open('/work/r').read()").Value)
+
+	g := testenv.PythonSessions(t)
+	for name, other := range map[string]*sandbox.SessionConfig{
+		"no volume":  nil,
+		"read-only":  {Mounts: []sandbox.Mount{{Path: "/data", FS: vol, ReadOnly: true}}},
+		"other path": {Mounts: []sandbox.Mount{{Path: "/store", FS: vol}}},
+		"root mount": {Mounts: []sandbox.Mount{{Path: "/", FS: afero.NewMemMapFs()}, {Path: "/data", FS: vol}}},
+	} {
+		_, err := g.ResumeSession(context.Background(), bytes.NewReader(snap), other)
+		assert.ErrorIs(t, err, sandbox.ErrSnapshotLayout, name)
+	}
+}
+
+func TestSessionResumeRejects(t *testing.T) {
+	g := testenv.PythonSessions(t)
+	s := newSession(t, nil)
+	run(t, s, "x = 1")
+	snap := snapshotOf(t, s)
+	check := func(name string, data []byte, want error) {
+		t.Helper()
+		_, err := g.ResumeSession(context.Background(), bytes.NewReader(data), nil)
+		require.Error(t, err, name)
+		assert.ErrorIs(t, err, want, name)
+		for _, other := range []error{sandbox.ErrSnapshotFormat, sandbox.ErrSnapshotVersion, sandbox.ErrSnapshotCorrupt, sandbox.ErrSnapshotGuest, sandbox.ErrSnapshotLayout} {
+			if other != want {
+				assert.False(t, errors.Is(err, other), "%s: %v also matches %v", name, err, other)
+			}
+		}
+	}
+	check("empty", nil, sandbox.ErrSnapshotCorrupt)
+	check("text", []byte("hello, this is not a snapshot at all"), sandbox.ErrSnapshotFormat)
+	for _, n := range []int{5, 20, 100, len(snap) / 2, len(snap) - 1} {
+		check("truncated", snap[:n], sandbox.ErrSnapshotCorrupt)
+	}
+	for _, off := range []int{30, len(snap) / 3, len(snap) - 40, len(snap) - 1} {
+		bad := bytes.Clone(snap)
+		bad[off] ^= 0x40
+		check("flipped bit", bad, sandbox.ErrSnapshotCorrupt)
+	}
+	bad := bytes.Clone(snap)
+	bad[12] = 99
+	check("version", bad, sandbox.ErrSnapshotVersion)
+
+	// A snapshot from another guest build: the one-shot build cannot
+	// resume, so take the ID check through a rewritten header.
+	foreign := rewriteHeader(t, snap, func(h string) string {
+		return strings.Replace(h, `"guest":"`, `"guest":"00`, 1)
+	})
+	check("foreign guest", foreign, sandbox.ErrSnapshotGuest)
+	foreign = rewriteHeader(t, snap, func(h string) string {
+		return strings.Replace(h, `"base":"`, `"base":"00`, 1)
+	})
+	check("foreign base", foreign, sandbox.ErrSnapshotGuest)
+
+	_, err := testenv.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
+	assert.ErrorIs(t, err, sandbox.ErrNoSessions)
+}
+
+// rewriteHeader edits a snapshot's JSON header and fixes its checksum, as
+// a snapshot written by another build would be: valid, but not ours.
+func rewriteHeader(t *testing.T, snap []byte, edit func(string) string) []byte {
+	t.Helper()
+	hlen := binary.LittleEndian.Uint32(snap[16:])
+	header := edit(string(snap[20 : 20+hlen]))
+	var out []byte
+	out = append(out, snap[:16]...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(header)))
+	out = append(out, header...)
+	out = append(out, snap[20+hlen:len(snap)-sha256.Size]...)
+	sum := sha256.Sum256(out)
+	return append(out, sum[:]...)
+}
+
+func TestSessionStopWithFileOpenedByTheRun(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "x = 1")
+	_, err := s.Run(context.Background(), "f = open('/tmp/new', 'w')\nx = 2\nwhile True: pass", &sandbox.Config{Timeout: 50 * time.Millisecond})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, "(1, True)", run(t, s, "import os\nx, os.path.exists('/tmp/new')").Value, "rolled back; the file the run created stays")
+	require.NoError(t, s.Snapshot(&bytes.Buffer{}), "no handle survives the rollback")
+}

@@ -1,0 +1,356 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/afero"
+
+	"github.com/fumehood/fumehood/internal/snapshot"
+)
+
+// Errors of ResumeSession. Each snapshot it refuses returns an error
+// matching exactly one of them, with the details in its message.
+var (
+	// ErrSnapshotFormat reports bytes that are not a fumehood snapshot.
+	ErrSnapshotFormat = snapshot.ErrFormat
+	// ErrSnapshotVersion reports a snapshot of a format version this build
+	// does not read.
+	ErrSnapshotVersion = snapshot.ErrVersion
+	// ErrSnapshotCorrupt reports a truncated or damaged snapshot.
+	ErrSnapshotCorrupt = snapshot.ErrCorrupt
+	// ErrSnapshotGuest reports a snapshot taken with another guest build
+	// (or another version of the session driver).
+	ErrSnapshotGuest = errors.New("snapshot is from another guest build")
+	// ErrSnapshotLayout reports a snapshot whose mount layout differs from
+	// the SessionConfig's: the interpreter recorded its directories at
+	// start-up, so the same paths must be mounted, read-only or not alike.
+	ErrSnapshotLayout = errors.New("snapshot mount layout does not match")
+)
+
+// SnapshotArgs are the arguments recorded in a snapshot: the driver's source
+// is represented by its name.
+var snapshotArgs = []string{"python", "-u", "-B", "-c", "<session driver>"}
+
+// Snapshot writes the session's state to w: its memory (the pages that
+// differ from the base image), the interpreter's registers, its in-memory
+// root filesystem and its set-up, zstd-compressed, with a checksum. Mounted
+// filesystems (volumes) are not copied: resume with the same ones mounted.
+//
+// It fails with ErrOpenFiles when the guest holds files open, since a
+// resumed interpreter would find their descriptors gone.
+func (s *Session) Snapshot(w io.Writer) error {
+	snap, err := s.capture()
+	if err != nil {
+		return err
+	}
+	if err := snapshot.Encode(w, snap); err != nil {
+		return fmt.Errorf("sandbox: writing the snapshot: %w", err)
+	}
+	return nil
+}
+
+func (s *Session) capture() (*snapshot.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, s.closedErr()
+	}
+	if err := s.checkNoOpenFiles(); err != nil {
+		return nil, err
+	}
+	snap := &snapshot.Snapshot{Header: snapshot.Header{
+		Guest:          s.g.id,
+		Base:           s.base.digest,
+		MemorySize:     s.ckpt.size,
+		AsyncifyBuffer: s.base.buf,
+		Args:           snapshotArgs,
+		Env:            s.env,
+		Mounts:         s.layout,
+		Runs:           s.runs,
+		FuelUsed:       s.fuel,
+		Deterministic:  s.cfg.Deterministic,
+		Seed:           s.cfg.Seed,
+		ClockNanos:     int64(s.slept),
+	}}
+	for i, name := range s.g.globals {
+		snap.Header.Globals = append(snap.Header.Globals, snapshot.Global{Name: name, Value: s.ckpt.globals[i]})
+	}
+	for i, p := range s.ckpt.pages {
+		if p != nil {
+			snap.Pages = append(snap.Pages, snapshot.Page{Index: uint32(i), Data: p})
+		}
+	}
+	if s.root != nil {
+		files, err := readTree(s.root, 0)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: reading the in-memory root: %w", err)
+		}
+		snap.Files = files
+	}
+	return snap, nil
+}
+
+func (s *Session) checkNoOpenFiles() error {
+	if n := s.openFiles(); n > 0 {
+		return fmt.Errorf("%w: %d open; close them (with-blocks do) before a snapshot or fork", ErrOpenFiles, n)
+	}
+	return nil
+}
+
+// readTree lists everything under root, parents first.
+func readTree(root afero.Fs, mount int) ([]snapshot.File, error) {
+	var files []snapshot.File
+	err := afero.Walk(root, "/", func(p string, fi fs.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(p, "/")
+		if rel == "" {
+			return nil
+		}
+		f := snapshot.File{Mount: mount, Path: rel, Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime().UnixNano()}
+		switch {
+		case fi.IsDir():
+			f.Kind = snapshot.KindDir
+		case fi.Mode().IsRegular():
+			f.Kind = snapshot.KindFile
+			data, err := afero.ReadFile(root, p)
+			if err != nil {
+				return err
+			}
+			f.Data = data
+		default:
+			return nil // the in-memory root holds nothing else
+		}
+		files = append(files, f)
+		return nil
+	})
+	return files, err
+}
+
+// writeTree recreates files in root.
+func writeTree(root afero.Fs, files []snapshot.File) error {
+	type dirTime struct {
+		p string
+		t time.Time
+	}
+	var dirs []dirTime
+	for _, f := range files {
+		p := "/" + f.Path
+		mode := fs.FileMode(f.Mode).Perm()
+		t := time.Unix(0, f.ModTime)
+		switch f.Kind {
+		case snapshot.KindDir:
+			if err := root.MkdirAll(p, mode); err != nil {
+				return err
+			}
+			if err := root.Chmod(p, mode|fs.ModeDir); err != nil {
+				return err
+			}
+			dirs = append(dirs, dirTime{p, t})
+		case snapshot.KindFile:
+			if err := afero.WriteFile(root, p, f.Data, mode); err != nil {
+				return err
+			}
+			if err := root.Chtimes(p, t, t); err != nil {
+				return err
+			}
+		}
+	}
+	// Directories last, since creating their entries changed their times.
+	for _, d := range dirs {
+		if err := root.Chtimes(d.p, d.t, d.t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ResumeSession continues a session from a snapshot written by
+// Session.Snapshot, in this process or another, on the same guest build.
+// cfg must mount the same paths as the session that was snapshotted
+// (volumes are not in snapshots); its limits apply from now on. The
+// environment, determinism and seed come from the snapshot, and Python's
+// random module is reseeded.
+//
+// A snapshot that cannot be resumed returns an error matching one of
+// ErrSnapshotFormat, ErrSnapshotVersion, ErrSnapshotCorrupt,
+// ErrSnapshotGuest or ErrSnapshotLayout.
+func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConfig) (*Session, error) {
+	if !g.sessions {
+		return nil, ErrNoSessions
+	}
+	var c SessionConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	lim := snapshot.Limits{MaxMemory: uint64(c.MemoryLimit), MaxFileBytes: c.RootQuota.MaxBytes, MaxFiles: c.RootQuota.MaxFiles}
+	if lim.MaxMemory == 0 {
+		lim.MaxMemory = uint64(g.memoryLimit)
+	}
+	if c.RootQuota.MaxBytes == 0 && c.RootQuota.MaxFiles == 0 {
+		lim.MaxFileBytes, lim.MaxFiles = DefaultRootQuota.MaxBytes, DefaultRootQuota.MaxFiles
+	}
+	if lim.MaxFileBytes == 0 {
+		lim.MaxFileBytes = 1 << 40
+	}
+	if lim.MaxFiles == 0 {
+		lim.MaxFiles = 1 << 24
+	}
+	lim.MaxSize = int64(lim.MaxMemory) + min(lim.MaxFileBytes, 1<<40) + min(lim.MaxFiles, 1<<24)*8192 + 1<<20
+	snap, err := snapshot.Decode(r, lim)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: resume: %w", err)
+	}
+	h := &snap.Header
+	if h.Guest != g.id {
+		return nil, fmt.Errorf("sandbox: resume: %w: it needs build %.12s, this guest is %.12s", ErrSnapshotGuest, h.Guest, g.id)
+	}
+	c.Env, c.Deterministic, c.Seed = h.Env, h.Deterministic, h.Seed
+	var root int = -1
+	for i, m := range h.Mounts {
+		if m.InMemory {
+			if m.Path != "/" || i != 0 {
+				return nil, fmt.Errorf("sandbox: resume: %w: in-memory mount %d at %s", ErrSnapshotCorrupt, i, m.Path)
+			}
+			root = i
+		}
+	}
+	fill := func(fsys afero.Fs) error {
+		if root < 0 {
+			return fmt.Errorf("sandbox: resume: %w: the snapshot's root is a mount, this session's is in memory", ErrSnapshotLayout)
+		}
+		return writeTree(fsys, snap.Files)
+	}
+	s, err := g.prepareSession(&c, fill)
+	if err != nil {
+		if errors.Is(err, ErrSnapshotLayout) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("sandbox: resume: %w", err)
+	}
+	fail := func(err error) (*Session, error) {
+		s.sb.Close()
+		return nil, fmt.Errorf("sandbox: resume: %w", err)
+	}
+	if got, want := describeLayout(s.layout), describeLayout(h.Mounts); got != want {
+		return fail(fmt.Errorf("%w: the snapshot mounts %s, the session %s", ErrSnapshotLayout, want, got))
+	}
+	base, err := g.bases.get(ctx, layoutKey(s.layout), func(ctx context.Context) (*baseImage, error) {
+		return g.buildBase(ctx, s.layout)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if h.Base != base.digest {
+		return fail(fmt.Errorf("%w: its base image %.12s differs from this build's %.12s (another session driver)", ErrSnapshotGuest, h.Base, base.digest))
+	}
+	if h.AsyncifyBuffer != base.buf || h.MemorySize < uint64(len(base.mem)) {
+		return fail(fmt.Errorf("%w: pause buffer or memory size does not fit the base image", ErrSnapshotCorrupt))
+	}
+	if len(h.Globals) != len(g.globals) {
+		return fail(fmt.Errorf("%w: %d globals, the guest has %d", ErrSnapshotCorrupt, len(h.Globals), len(g.globals)))
+	}
+	ck := &checkpoint{size: h.MemorySize, pages: make([][]byte, h.MemorySize/pageSize)}
+	for i, gl := range h.Globals {
+		if gl.Name != g.globals[i] {
+			return fail(fmt.Errorf("%w: global %q where %q belongs", ErrSnapshotCorrupt, gl.Name, g.globals[i]))
+		}
+		ck.globals = append(ck.globals, gl.Value)
+	}
+	for _, p := range snap.Pages {
+		ck.pages[p.Index] = p.Data
+	}
+	s.base, s.ckpt = base, ck
+	s.runs, s.fuel, s.slept = h.Runs, h.FuelUsed, time.Duration(h.ClockNanos)
+	s.reseed = true
+	if err := s.instantiate(ctx); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// describeLayout shows a mount layout in an error message.
+func describeLayout(ms []snapshot.Mount) string {
+	var parts []string
+	for _, m := range ms {
+		d := m.Path
+		if m.ReadOnly {
+			d += " (read-only)"
+		}
+		if m.InMemory {
+			d += " (in memory)"
+		}
+		parts = append(parts, d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Fork returns an independent copy of the session: the same variables,
+// imports and in-memory files, from here on each its own. The copy shares
+// the base image and the pages both have not changed since; its random
+// module is reseeded. Mounted filesystems are shared, not copied.
+//
+// It fails with ErrOpenFiles when the guest holds files open.
+func (s *Session) Fork(ctx context.Context) (*Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, s.closedErr()
+	}
+	if err := s.checkNoOpenFiles(); err != nil {
+		return nil, err
+	}
+	var fill func(afero.Fs) error
+	if s.root != nil {
+		files, err := readTree(s.root, 0)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: fork: reading the in-memory root: %w", err)
+		}
+		fill = func(fsys afero.Fs) error { return writeTree(fsys, files) }
+	}
+	c := s.cfg
+	c.Env = s.env
+	child, err := s.g.prepareSession(&c, fill)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: fork: %w", err)
+	}
+	child.base, child.ckpt = s.base, s.ckpt.clone()
+	child.runs, child.fuel, child.slept = s.runs, s.fuel, s.slept
+	child.reseed = true
+	if err := child.instantiate(ctx); err != nil {
+		child.sb.Close()
+		return nil, fmt.Errorf("sandbox: fork: %w", err)
+	}
+	return child, nil
+}
+
+// SnapshotFile writes a snapshot of s to the file at name, atomically
+// (a temporary file renamed into place).
+func (s *Session) SnapshotFile(name string) error {
+	dir, base := filepath.Split(name)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := s.Snapshot(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), name)
+}
