@@ -85,6 +85,12 @@ type mounted struct {
 
 // NewSandbox creates a sandbox whose runs use g.
 func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
+	return g.newSandbox(cfg, false)
+}
+
+// newSandbox creates a sandbox. With fixedDevices its mounts report device
+// numbers 1, 2, ... in mount order, the same in every process.
+func (g *Guest) newSandbox(cfg *SandboxConfig, fixedDevices bool) (*Sandbox, error) {
 	var c SandboxConfig
 	if cfg != nil {
 		c = *cfg
@@ -121,8 +127,12 @@ func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
 		s.rootFS = mounts[0].FS
 	}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
-	for _, m := range mounts {
-		fsys, err := wasi.NewFS(m.FS, wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report})
+	for i, m := range mounts {
+		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report}
+		if fixedDevices {
+			opts.Device = uint64(i + 1)
+		}
+		fsys, err := wasi.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -421,7 +422,7 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 	}
 	ctl := afero.NewMemMapFs()
 	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
-	sb, err := g.NewSandbox(&SandboxConfig{Mounts: mounts})
+	sb, err := g.newSandbox(&SandboxConfig{Mounts: mounts}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -453,9 +454,19 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 				return nil, err
 			}
 		}
+		// Start-up records what it stats (the import system keeps the
+		// times of directories), so every time is fixed.
+		if err := afero.Walk(fs, "/", func(p string, _ iofs.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return fs.Chtimes(p, DeterministicEpoch, DeterministicEpoch)
+		}); err != nil {
+			return nil, err
+		}
 		mounts = append(mounts, Mount{Path: m.Path, FS: fs, ReadOnly: m.ReadOnly})
 	}
-	sb, err := g.NewSandbox(&SandboxConfig{Mounts: mounts})
+	sb, err := g.newSandbox(&SandboxConfig{Mounts: mounts}, true)
 	if err != nil {
 		return nil, err
 	}

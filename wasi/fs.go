@@ -33,6 +33,12 @@ type Options struct {
 	// rewritten by internal/errnoshim passes it on, so the guest sees
 	// ENOSPC instead of EIO.
 	ReportErrno func(wasip1Errno uint16)
+
+	// Device, if not zero, is the device number the FS reports instead of
+	// one unique in the process: for file systems that must look the same
+	// to a guest in every process, as those a session's base image is
+	// taken with. Mounts of one guest must still have distinct numbers.
+	Device uint64
 }
 
 // Quota limits the storage of one FS; all its files share it. Each limit is
@@ -159,8 +165,11 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 		quota:      opts.Quota,
 		accounting: opts.Quota.MaxBytes > 0 || opts.Quota.MaxFiles > 0,
 		report:     opts.ReportErrno,
-		dev:        devices.Add(1),
+		dev:        opts.Device,
 		nodes:      map[string]*node{},
+	}
+	if f.dev == 0 {
+		f.dev = devices.Add(1)
 	}
 	f.linker, _ = fsys.(afero.Linker)
 	root, errno := f.res.lstat("/")

@@ -6,7 +6,10 @@
 //	fumehood run [flags] FILE.py [ARGS...]   run a script
 //	fumehood run [flags] -c CODE [ARGS...]   run code given as an argument
 //	fumehood run [flags] - [ARGS...]         run code read from stdin
-//	fumehood guest install                   fetch, verify and prepare the Python guest
+//	fumehood run --resume FILE --snapshot FILE -c CODE
+//	                                         run code in a session saved across processes
+//	fumehood repl [--resume FILE]            an interactive session (:snapshot FILE saves it)
+//	fumehood guest install [--session]       fetch, verify and prepare the Python guest
 //	fumehood guest info                      show the installed guest
 //
 // Exit status: the guest's own exit status when it exits; when a limit
@@ -53,10 +56,13 @@ Usage:
   fumehood run [flags] FILE.py [ARGS...]   run a Python script
   fumehood run [flags] -c CODE [ARGS...]   run Python code given as an argument
   fumehood run [flags] - [ARGS...]         run Python code read from stdin
+  fumehood run --resume FILE --snapshot FILE -c CODE
+                                           run code in a session saved across processes
+  fumehood repl [--resume FILE]            an interactive Python session (:snapshot FILE saves it)
   fumehood guest install                   fetch, verify and prepare the Python guest
   fumehood guest info                      show the installed Python guest
 
-Run 'fumehood run -h' for the flags of run.
+Run 'fumehood run -h' for the flags of run and repl.
 `
 
 // usageError is a mistake in the command line.
@@ -74,6 +80,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "run":
 		code, err = cmdRun(ctx, args[1:], stdin, stdout, stderr)
+	case "repl":
+		code, err = cmdRepl(ctx, args[1:], stdin, stdout, stderr)
 	case "guest":
 		err = cmdGuest(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

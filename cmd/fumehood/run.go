@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/sandbox"
@@ -70,37 +72,154 @@ func (m *mountFlags) add(volume bool) func(string) error {
 // fileFlag is one --file flag.
 type fileFlag struct{ host, guest string }
 
-func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: fumehood run [flags] (FILE.py | -c CODE | -) [ARGS...]\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	code := fs.String("c", "", "Python code to run")
-	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of the run")
-	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
-	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
-	fuelBudget := fs.Int64("fuel", 0, "fuel budget (WebAssembly instructions); 0 means the default")
-	memory := fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
-	maxOutput := fs.String("max-output", "", "bytes kept of each of stdout and stderr, such as 1MiB (default 1MiB); past it the run stops")
-	deterministic := fs.Bool("deterministic", false, "fixed clocks, seeded randomness and hash seed: the same output and fuel on every run")
-	seed := fs.Uint64("seed", 0, "random seed in --deterministic mode")
-	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
-	env := envFlag{}
-	fs.Var(env, "env", "set a guest environment variable, KEY=VALUE (repeatable)")
-	var mounts mountFlags
-	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro] (repeatable)", mounts.add(false))
-	fs.Func("volume", "mount a persistent read-write volume, DIR:GUESTDIR; DIR is created if missing (repeatable)", mounts.add(true))
-	var files []fileFlag
+// common are the flags run and repl share: the guest, limits and files.
+type common struct {
+	timeout       *time.Duration
+	offline       *bool
+	cacheDir      *string
+	fuel          *int64
+	memory        *string
+	maxOutput     *string
+	deterministic *bool
+	seed          *uint64
+	resume        *string
+	snapshot      *string
+	env           envFlag
+	mounts        mountFlags
+	files         []fileFlag
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	c.timeout = fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run")
+	c.offline = fs.Bool("offline", false, "never download the guest; fail if it is not installed")
+	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
+	c.fuel = fs.Int64("fuel", 0, "fuel budget of a run (WebAssembly instructions); 0 means the default")
+	c.memory = fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
+	c.maxOutput = fs.String("max-output", "", "bytes kept of each of stdout and stderr, such as 1MiB (default 1MiB); past it the run stops")
+	c.deterministic = fs.Bool("deterministic", false, "fixed clocks, seeded randomness and hash seed: the same output and fuel on every run")
+	c.seed = fs.Uint64("seed", 0, "random seed in --deterministic mode")
+	c.resume = fs.String("resume", "", "continue the session saved in this snapshot file")
+	c.snapshot = fs.String("snapshot", "", "save the session to this snapshot file afterwards")
+	c.env = envFlag{}
+	fs.Var(c.env, "env", "set a guest environment variable, KEY=VALUE (repeatable)")
+	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro] (repeatable)", c.mounts.add(false))
+	fs.Func("volume", "mount a persistent read-write volume, DIR:GUESTDIR; DIR is created if missing (repeatable)", c.mounts.add(true))
 	fs.Func("file", "copy a host file into the sandbox before the run, HOSTFILE:GUESTPATH (repeatable)", func(v string) error {
 		host, guest, ok := strings.Cut(v, ":")
 		if !ok || host == "" || !strings.HasPrefix(guest, "/") {
 			return fmt.Errorf("want HOSTFILE:/GUEST/PATH, got %q", v)
 		}
-		files = append(files, fileFlag{host, guest})
+		c.files = append(c.files, fileFlag{host, guest})
 		return nil
 	})
+}
+
+// config returns the limits of one run.
+func (c *common) config(stdout, stderr io.Writer) (*sandbox.Config, error) {
+	cfg := &sandbox.Config{
+		Stdout: stdout, Stderr: stderr, Timeout: *c.timeout,
+		Fuel: *c.fuel, StopAtOutputLimit: true,
+	}
+	if *c.timeout == 0 {
+		cfg.Timeout = -1 // --timeout 0: no limit
+	}
+	if *c.fuel < 0 {
+		return nil, &usageError{"--fuel must not be negative"}
+	}
+	if *c.memory != "" {
+		n, err := sandbox.ParseSize(*c.memory)
+		if err != nil {
+			return nil, &usageError{err.Error()}
+		}
+		cfg.MemoryLimit = n
+	}
+	if *c.maxOutput != "" {
+		n, err := sandbox.ParseSize(*c.maxOutput)
+		if err != nil || n <= 0 || n > math.MaxInt32 {
+			return nil, &usageError{fmt.Sprintf("invalid --max-output %q", *c.maxOutput)}
+		}
+		cfg.MaxOutput = int(n)
+	}
+	return cfg, nil
+}
+
+// compile compiles the Python guest (its session build if sessions is
+// set), installing it first unless --offline.
+func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (*sandbox.Guest, error) {
+	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions}
+	load, what := python.Load, "the Python guest is"
+	if sessions {
+		load, what = python.LoadSession, "the session build of the Python guest is"
+	}
+	if !*c.offline {
+		if _, _, err := load(ctx, &python.Options{CacheDir: *c.cacheDir}); errors.Is(err, python.ErrGuestNotInstalled) {
+			fmt.Fprintf(stderr, "fumehood: %s not installed; installing it now (use --offline to prevent this)\n", what)
+			opts.Install = true
+			opts.Progress = newProgress(stderr).report
+		}
+	}
+	return sandbox.CompilePython(ctx, opts)
+}
+
+// copyFiles copies the --file flags' files into sb.
+func (c *common) copyFiles(sb *sandbox.Sandbox) error {
+	for _, f := range c.files {
+		b, err := os.ReadFile(f.host)
+		if err != nil {
+			return err
+		}
+		if err := sb.MkdirAll(path.Dir(f.guest)); err != nil {
+			return err
+		}
+		if err := sb.WriteFile(f.guest, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openSession starts a session, or resumes the one saved with --resume.
+func (c *common) openSession(ctx context.Context, py *sandbox.Guest, memory int64) (*sandbox.Session, error) {
+	cfg := &sandbox.SessionConfig{Mounts: c.mounts, MemoryLimit: memory, Env: c.env,
+		Deterministic: *c.deterministic, Seed: *c.seed}
+	var s *sandbox.Session
+	var err error
+	if *c.resume != "" {
+		if len(c.env) > 0 || *c.deterministic {
+			return nil, &usageError{"--env and --deterministic belong to the session's start, not to --resume"}
+		}
+		f, ferr := os.Open(*c.resume)
+		if ferr != nil {
+			return nil, ferr
+		}
+		defer f.Close()
+		s, err = py.ResumeSession(ctx, bufio.NewReader(f), cfg)
+	} else {
+		s, err = py.NewSession(ctx, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := c.copyFiles(s.Sandbox()); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: fumehood run [flags] (FILE.py | -c CODE | -) [ARGS...]\n\n"+
+			"With --resume or --snapshot the code runs in a session that continues across\n"+
+			"processes, and the value of a final expression is printed.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	code := fs.String("c", "", "Python code to run")
+	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
+	var c common
+	c.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -111,36 +230,16 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	codeSet := false
 	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
 
-	cfg := &sandbox.Config{
-		Env: env, Stdout: stdout, Stderr: stderr, Timeout: *timeout,
-		Fuel: *fuelBudget, Deterministic: *deterministic, Seed: *seed,
-		StopAtOutputLimit: true,
-	}
-	if *timeout == 0 {
-		cfg.Timeout = -1 // --timeout 0: no limit
-	}
-	if *fuelBudget < 0 {
-		return 0, &usageError{"--fuel must not be negative"}
-	}
-	if *memory != "" {
-		n, err := sandbox.ParseSize(*memory)
-		if err != nil {
-			return 0, &usageError{err.Error()}
-		}
-		cfg.MemoryLimit = n
-	}
-	if *maxOutput != "" {
-		n, err := sandbox.ParseSize(*maxOutput)
-		if err != nil || n <= 0 || n > math.MaxInt32 {
-			return 0, &usageError{fmt.Sprintf("invalid --max-output %q", *maxOutput)}
-		}
-		cfg.MaxOutput = int(n)
+	cfg, err := c.config(stdout, stderr)
+	if err != nil {
+		return 0, err
 	}
 	var src string
+	var progArgs []string
 	switch {
 	case codeSet:
 		src = *code
-		cfg.Args = rest
+		progArgs = rest
 		cfg.Stdin = stdin
 	case len(rest) == 0:
 		return 0, &usageError{"run needs FILE.py, -c CODE or -"}
@@ -150,49 +249,66 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return 0, fmt.Errorf("reading code from stdin: %w", err)
 		}
 		src = string(b)
-		cfg.Args = rest[1:]
+		progArgs = rest[1:]
 	default:
 		b, err := os.ReadFile(rest[0])
 		if err != nil {
 			return 0, err
 		}
 		src = string(b)
-		cfg.Args = rest[1:]
+		progArgs = rest[1:]
 		cfg.Stdin = stdin
 	}
 
-	opts := &sandbox.Options{CacheDir: *cacheDir}
-	if !*offline {
-		if _, _, err := python.Load(ctx, &python.Options{CacheDir: *cacheDir}); errors.Is(err, python.ErrGuestNotInstalled) {
-			fmt.Fprintln(stderr, "fumehood: the Python guest is not installed; installing it now (use --offline to prevent this)")
-			opts.Install = true
-			opts.Progress = newProgress(stderr).report
-		}
+	sessions := *c.resume != "" || *c.snapshot != ""
+	if sessions && len(progArgs) > 0 {
+		return 0, &usageError{"a session run takes no ARGS"}
 	}
-	py, err := sandbox.CompilePython(ctx, opts)
+	py, err := c.compile(ctx, sessions, stderr)
 	if err != nil {
 		return 0, err
 	}
 	defer py.Close(context.WithoutCancel(ctx))
 
-	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: mounts})
+	var res *sandbox.Result
+	if sessions {
+		memory := cfg.MemoryLimit
+		cfg.MemoryLimit = 0
+		s, err := c.openSession(ctx, py, memory)
+		if err != nil {
+			return 0, err
+		}
+		defer s.Close()
+		res, err = s.Run(ctx, src, cfg)
+		if res != nil && res.HasValue {
+			fmt.Fprintln(stdout, res.Value)
+		}
+		if *c.snapshot != "" {
+			if serr := s.SnapshotFile(*c.snapshot); serr != nil {
+				return exitFailure, fmt.Errorf("saving the session: %w", serr)
+			}
+		}
+		var exc *sandbox.Exception
+		if errors.As(err, &exc) {
+			err = &sandbox.ExitError{Code: 1} // the traceback is on stderr
+		}
+		if *stats && res != nil {
+			writeStats(stderr, res, err)
+		}
+		return exitStatus(res, err)
+	}
+
+	cfg.Args, cfg.Env = progArgs, c.env
+	cfg.Deterministic, cfg.Seed = *c.deterministic, *c.seed
+	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: c.mounts})
 	if err != nil {
 		return 0, err
 	}
 	defer sb.Close()
-	for _, f := range files {
-		b, err := os.ReadFile(f.host)
-		if err != nil {
-			return 0, err
-		}
-		if err := sb.MkdirAll(path.Dir(f.guest)); err != nil {
-			return 0, err
-		}
-		if err := sb.WriteFile(f.guest, b); err != nil {
-			return 0, err
-		}
+	if err := c.copyFiles(sb); err != nil {
+		return 0, err
 	}
-	res, err := sb.Run(ctx, src, cfg)
+	res, err = sb.Run(ctx, src, cfg)
 	if *stats && res != nil {
 		writeStats(stderr, res, err)
 	}
