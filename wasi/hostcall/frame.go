@@ -30,8 +30,8 @@ func AppendFrame(dst, header, body []byte) []byte {
 // DecodeFrame decodes the frame at the start of b. It returns n == 0 and no
 // error when b holds only part of a frame, and an error matching ErrFrame
 // or ErrTooLarge when the frame is malformed or its header and body together
-// exceed max bytes. header and body alias b.
-func DecodeFrame(b []byte, max int) (header, body []byte, n int, err error) {
+// exceed limit bytes. header and body alias b.
+func DecodeFrame(b []byte, limit int) (header, body []byte, n int, err error) {
 	if len(b) < frameHead {
 		return nil, nil, 0, nil
 	}
@@ -40,8 +40,8 @@ func DecodeFrame(b []byte, max int) (header, body []byte, n int, err error) {
 	if h == 0 {
 		return nil, nil, 0, fmt.Errorf("%w: empty header", ErrFrame)
 	}
-	if h+l > uint64(max) {
-		return nil, nil, 0, fmt.Errorf("%w: a frame of %d bytes, the limit is %d", ErrTooLarge, h+l, max)
+	if h+l > uint64(max(limit, 0)) {
+		return nil, nil, 0, fmt.Errorf("%w: a frame of %d bytes, the limit is %d", ErrTooLarge, h+l, limit)
 	}
 	end := frameHead + int(h+l)
 	if len(b) < end {

@@ -149,6 +149,9 @@ type DeniedError struct {
 }
 
 func (e *DeniedError) Error() string {
+	if e.URL == "" {
+		return fmt.Sprintf("netpolicy: refused by %s: %s", e.Rule, e.Reason)
+	}
 	return fmt.Sprintf("netpolicy: %s %s refused by %s: %s", e.Method, e.URL, e.Rule, e.Reason)
 }
 
