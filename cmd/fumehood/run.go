@@ -101,6 +101,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		files = append(files, fileFlag{host, guest})
 		return nil
 	})
+	var network networkFlags
+	network.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -175,7 +177,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	defer py.Close(context.WithoutCancel(ctx))
 
-	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: mounts})
+	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: mounts, Network: network.policy(), Logger: quietLogger})
 	if err != nil {
 		return 0, err
 	}
@@ -239,6 +241,8 @@ type stats struct {
 	PeakMemory  int64   `json:"peak_memory_bytes"`
 	StdoutBytes int64   `json:"stdout_bytes"`
 	StderrBytes int64   `json:"stderr_bytes"`
+	// HTTPRequests is omitted when the run had no network.
+	HTTPRequests int `json:"http_requests,omitempty"`
 }
 
 func writeStats(w io.Writer, res *sandbox.Result, err error) {
@@ -246,6 +250,7 @@ func writeStats(w io.Writer, res *sandbox.Result, err error) {
 		ExitCode: res.ExitCode, FuelUsed: res.FuelUsed,
 		WallMS:     float64(res.Duration.Microseconds()) / 1000,
 		PeakMemory: res.PeakMemory, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+		HTTPRequests: res.HTTPRequests,
 	}
 	for _, l := range limits {
 		if errors.Is(err, l.err) {
