@@ -12,7 +12,9 @@ import (
 // HostMountPath is where a sandbox with host functions or a network policy
 // mounts the host-call channel and the Python module fumehood: the channel
 // file is HostMountPath/call, the module is in HostMountPath/lib, which runs
-// of Python code get on their PYTHONPATH.
+// of Python code get on their PYTHONPATH (with HostMountPath/site, whose
+// sitecustomize routes urllib and http.client through the network policy,
+// when the sandbox has one).
 const HostMountPath = "/dev/fumehood"
 
 // mountHost mounts the channel of a sandbox that has host functions or a
@@ -47,6 +49,10 @@ func (s *Sandbox) withHost(ctx context.Context, cfg *Config, python bool) (conte
 		c = *cfg
 	}
 	pp := path.Join(HostMountPath, hostcall.PythonPath)
+	if s.host.HasNetwork() {
+		// sitecustomize routes urllib and http.client through the policy.
+		pp += ":" + path.Join(HostMountPath, hostcall.PythonSitePath)
+	}
 	if old := c.Env["PYTHONPATH"]; old != "" {
 		pp += ":" + old
 	}

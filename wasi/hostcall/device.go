@@ -13,13 +13,21 @@ import (
 //
 //	call                    the channel: write a request frame, read the response
 //	lib/fumehood/...        import fumehood (put lib on PYTHONPATH)
-//	lib/sitecustomize.py    routes http.client (so urllib) through the channel
+//	site/sitecustomize.py   routes http.client (so urllib) through the channel
 const (
 	// ChannelFile is the channel's name in FS.
 	ChannelFile = "call"
 	// PythonPath is the directory of FS to put on the guest's PYTHONPATH.
 	PythonPath = "lib"
+	// PythonSitePath, added to PYTHONPATH after PythonPath, makes
+	// http.client and urllib go through the channel. It costs every run
+	// some milliseconds of start-up, so put it there only when the
+	// server has a network policy (see HasNetwork).
+	PythonSitePath = "site"
 )
+
+// HasNetwork reports whether the server has a network policy.
+func (s *Server) HasNetwork() bool { return s.transport != nil }
 
 //go:embed all:guest
 var guestFiles embed.FS
