@@ -38,6 +38,7 @@ fuzz:
 	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/fuel -run '^$$' -fuzz FuzzInstrument -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/errnoshim -run '^$$' -fuzz FuzzShim -fuzztime $(FUZZTIME)
+	$(GO) test ./wasi/hostcall -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
 	$(GO) test ./wasi -run '^$$' -fuzz FuzzResolve -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 	$(GO) test ./internal/snapshot -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path"
 	"sort"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	sysapi "github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/wasi/hostcall"
+	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // DefaultRootQuota bounds the in-memory root filesystem of a sandbox that
@@ -61,6 +64,17 @@ type SandboxConfig struct {
 	// RootQuota bounds the in-memory root; the zero value means
 	// DefaultRootQuota.
 	RootQuota wasi.Quota
+
+	// HostCalls lists the host functions guest code may call (in Python,
+	// fumehood.call(name, **kwargs)); nil means none.
+	HostCalls *hostcall.Config
+	// Network lets guest code make the HTTP requests the policy allows (in
+	// Python, urllib.request, http.client and fumehood.http); nil means no
+	// network at all, and an empty Policy refuses every request.
+	Network *netpolicy.Policy
+	// Logger receives a record of every host call and HTTP request; nil
+	// means slog.Default().
+	Logger *slog.Logger
 }
 
 // Sandbox is one clean room: a filesystem (a fresh in-memory root and the
@@ -75,6 +89,7 @@ type Sandbox struct {
 	rootFS afero.Fs  // the in-memory root, nil when a mount replaces it
 	fscfg  wazero.FSConfig
 	errno  errnoSink
+	host   *hostcall.Server // nil without host functions or network
 	closed bool
 }
 
@@ -106,6 +121,9 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, fixedDevices bool) (*Sandbox, err
 		}
 		if seen[m.Path] {
 			return nil, fmt.Errorf("sandbox: two mounts at %s", m.Path)
+		}
+		if m.Path == HostMountPath {
+			return nil, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
 		}
 		seen[m.Path] = true
 		hasRoot = hasRoot || m.Path == "/"
@@ -140,6 +158,10 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, fixedDevices bool) (*Sandbox, err
 		s.mounts = append(s.mounts, mounted{path: m.Path, fs: fsys})
 	}
 	s.order = append([]mounted(nil), s.mounts...)
+	fscfg, err := s.mountHost(&c, fscfg)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
 	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
 	s.fscfg = fscfg.(wazero.FSConfig)
 	return s, nil
@@ -173,6 +195,7 @@ func (s *Sandbox) Run(ctx context.Context, code string, cfg *Config) (*Result, e
 	if s.closed {
 		return nil, ErrClosed
 	}
+	ctx, cfg = s.withHost(ctx, cfg, s.g.python)
 	return s.g.run(ctx, code, cfg, s.fscfg, &s.errno)
 }
 
@@ -181,11 +204,15 @@ func (s *Sandbox) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
+	ctx, cfg = s.withHost(ctx, cfg, false)
 	return s.g.execConfig(ctx, cfg, s.fscfg, &s.errno)
 }
 
 // Close discards the in-memory root. Mounted filesystems are left as they are.
 func (s *Sandbox) Close() error {
+	if s.host != nil && !s.closed {
+		s.host.Close()
+	}
 	s.closed = true
 	s.mounts = nil
 	return nil

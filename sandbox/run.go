@@ -113,6 +113,10 @@ type Result struct {
 	ValueTruncated bool
 	// Exception is the Python exception the code raised, if any.
 	Exception *Exception
+	// HostCalls counts the run's calls of host functions, refused ones
+	// included; HTTPRequests counts the HTTP requests it sent, each
+	// redirect hop included (see SandboxConfig.HostCalls and Network).
+	HostCalls, HTTPRequests int
 }
 
 // ExitError reports a guest that exited with a non-zero status. The Result
@@ -213,6 +217,11 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 	}
 
 	r := &runState{ctx: ctx, refill: c.Refill}
+	host, err := beginHost(ctx) // host calls: hostcall.go
+	if err != nil {
+		return nil, err
+	}
+	defer host.finish(nil)
 	mc, err := g.moduleConfig(ctx, name, c, r)
 	if err != nil {
 		return nil, err
@@ -249,6 +258,7 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 		Duration: time.Since(start),
 		FuelUsed: r.fuelUsed(),
 	}
+	host.finish(res)
 	if m := alloc.mem; m != nil {
 		res.PeakMemory = int64(m.peak)
 		res.MemoryLimitHit = m.refused > 0

@@ -220,6 +220,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
 	var c common
 	c.register(fs)
+	var network networkFlags
+	network.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -264,6 +266,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if sessions && len(progArgs) > 0 {
 		return 0, &usageError{"a session run takes no ARGS"}
 	}
+	if sessions && network.policy() != nil {
+		return 0, &usageError{"--allow-host does not work with sessions yet"}
+	}
 	py, err := c.compile(ctx, sessions, stderr)
 	if err != nil {
 		return 0, err
@@ -300,7 +305,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 
 	cfg.Args, cfg.Env = progArgs, c.env
 	cfg.Deterministic, cfg.Seed = *c.deterministic, *c.seed
-	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: c.mounts})
+	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: c.mounts, Network: network.policy(), Logger: quietLogger})
 	if err != nil {
 		return 0, err
 	}
@@ -355,6 +360,8 @@ type stats struct {
 	PeakMemory  int64   `json:"peak_memory_bytes"`
 	StdoutBytes int64   `json:"stdout_bytes"`
 	StderrBytes int64   `json:"stderr_bytes"`
+	// HTTPRequests is omitted when the run had no network.
+	HTTPRequests int `json:"http_requests,omitempty"`
 }
 
 func writeStats(w io.Writer, res *sandbox.Result, err error) {
@@ -362,6 +369,7 @@ func writeStats(w io.Writer, res *sandbox.Result, err error) {
 		ExitCode: res.ExitCode, FuelUsed: res.FuelUsed,
 		WallMS:     float64(res.Duration.Microseconds()) / 1000,
 		PeakMemory: res.PeakMemory, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
+		HTTPRequests: res.HTTPRequests,
 	}
 	for _, l := range limits {
 		if errors.Is(err, l.err) {

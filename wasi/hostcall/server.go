@@ -1,0 +1,354 @@
+package hostcall
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/fumehood/fumehood/wasi/netpolicy"
+)
+
+// Defaults applied when a Config leaves a limit zero.
+const (
+	DefaultMaxCalls         = 10_000
+	DefaultMaxRequestBytes  = 1 << 20
+	DefaultMaxResponseBytes = 1 << 20
+)
+
+// httpHeaderRoom is what an HTTP request frame may hold beyond the
+// policy's body limit: the method, URL and headers.
+const httpHeaderRoom = 64 << 10
+
+// Config lists the host functions a guest may call, and bounds the calls.
+type Config struct {
+	// Funcs maps each name the guest may call to its handler.
+	Funcs map[string]Handler
+	// MaxCalls bounds the calls of one run; 0 means DefaultMaxCalls.
+	MaxCalls int
+	// MaxRequestBytes bounds a call's encoded arguments; 0 means
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int
+	// MaxResponseBytes bounds a call's encoded result; 0 means
+	// DefaultMaxResponseBytes.
+	MaxResponseBytes int
+}
+
+// Server answers the requests a guest writes to the channel file: calls to
+// host functions and, with a network policy, HTTP requests. Mount FS in
+// the guest's filesystem and bind each run with Begin. A Server serves
+// one run at a time.
+type Server struct {
+	funcs                    map[string]Handler
+	maxCalls, maxReq, maxRes int
+	transport                *netpolicy.Transport // nil: no network
+	log                      *slog.Logger
+
+	mu  sync.Mutex
+	run *run
+}
+
+type run struct {
+	ctx    context.Context
+	calls  int
+	client *netpolicy.Client
+}
+
+// Stats counts what one run asked of the server.
+type Stats struct {
+	// Calls counts host-function calls, refused ones included (a request
+	// too large to read is not counted: it is refused unread).
+	Calls int
+	// HTTPRequests counts HTTP requests sent, each redirect hop included.
+	HTTPRequests int
+}
+
+// NewServer makes a server for the functions of cfg (nil: none) and the
+// network policy (nil: no network). Every call and request is logged to
+// logger (nil: slog.Default()).
+func NewServer(cfg *Config, network *netpolicy.Policy, logger *slog.Logger) (*Server, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxCalls < 0 || c.MaxRequestBytes < 0 || c.MaxResponseBytes < 0 {
+		return nil, errors.New("hostcall: negative limit")
+	}
+	s := &Server{
+		funcs:    make(map[string]Handler, len(c.Funcs)),
+		maxCalls: orDefault(c.MaxCalls, DefaultMaxCalls),
+		maxReq:   orDefault(c.MaxRequestBytes, DefaultMaxRequestBytes),
+		maxRes:   orDefault(c.MaxResponseBytes, DefaultMaxResponseBytes),
+		log:      logger,
+	}
+	for name, h := range c.Funcs {
+		if name == "" || h == nil {
+			return nil, fmt.Errorf("hostcall: function %q has no name or no handler", name)
+		}
+		s.funcs[name] = h
+	}
+	if network != nil {
+		t, err := netpolicy.NewTransport(network)
+		if err != nil {
+			return nil, err
+		}
+		s.transport = t
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+func orDefault(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// maxFrame is the largest request frame the server reads.
+func (s *Server) maxFrame() int {
+	m := s.maxReq
+	if s.transport != nil {
+		body := s.transport.Policy().MaxRequestBytes
+		if body == 0 {
+			body = netpolicy.DefaultMaxRequestBytes
+		}
+		m = max(m, int(min(body, 1<<30))+httpHeaderRoom)
+	}
+	return m
+}
+
+// Begin binds a run to the server: requests are served with ctx (the run's
+// context, carrying its deadline) until end is called, which returns what
+// the run asked for. Begin fails if another run is bound.
+func (s *Server) Begin(ctx context.Context) (end func() Stats, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run != nil {
+		return nil, errors.New("hostcall: the server is serving another run")
+	}
+	r := &run{ctx: ctx}
+	if s.transport != nil {
+		r.client = s.transport.NewClient()
+	}
+	s.run = r
+	return func() Stats {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.run == r {
+			s.run = nil
+		}
+		st := Stats{Calls: r.calls}
+		if r.client != nil {
+			st.HTTPRequests = r.client.Requests()
+		}
+		return st
+	}, nil
+}
+
+// Close closes the network connections kept alive.
+func (s *Server) Close() {
+	if s.transport != nil {
+		s.transport.CloseIdleConnections()
+	}
+}
+
+// request is a request frame's header.
+type request struct {
+	Op string `json:"op"` // "call" or "http"
+	// A call.
+	Name string          `json:"name,omitempty"`
+	Args json.RawMessage `json:"args,omitempty"`
+	// An HTTP request; the body is the frame's body.
+	Method  string      `json:"method,omitempty"`
+	URL     string      `json:"url,omitempty"`
+	Headers [][2]string `json:"headers,omitempty"`
+}
+
+// response is a response frame's header.
+type response struct {
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *wireError      `json:"error,omitempty"`
+	// An HTTP response; the body is the frame's body.
+	Status  int         `json:"status,omitempty"`
+	Reason  string      `json:"reason,omitempty"`
+	Headers [][2]string `json:"headers,omitempty"`
+	URL     string      `json:"url,omitempty"`
+}
+
+type wireError struct {
+	// Kind is "error", "unknown", "arguments", "panic", "limit",
+	// "canceled", "denied", "network" or "protocol".
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	Rule    string `json:"rule,omitempty"`
+}
+
+// serve answers one request frame with one response frame.
+func (s *Server) serve(header, body []byte) []byte {
+	s.mu.Lock()
+	r := s.run
+	s.mu.Unlock()
+	var req request
+	if err := json.Unmarshal(header, &req); err != nil {
+		return errorFrame("protocol", fmt.Errorf("%w: %v", ErrFrame, err))
+	}
+	if r == nil {
+		return errorFrame("protocol", ErrNoRun)
+	}
+	switch req.Op {
+	case "call":
+		return s.call(r, &req, len(header)+len(body))
+	case "http":
+		return s.http(r, &req, body)
+	}
+	return errorFrame("protocol", fmt.Errorf("%w: unknown op %q", ErrFrame, req.Op))
+}
+
+func (s *Server) call(r *run, req *request, size int) []byte {
+	start := time.Now()
+	r.calls++
+	result, err := s.invoke(r, req, size)
+	level, attrs := slog.LevelInfo, []slog.Attr{
+		slog.String("function", req.Name), slog.Int("request_bytes", size),
+		slog.Int("response_bytes", len(result)), slog.Duration("duration", time.Since(start)),
+	}
+	if err != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("error", err.Error()))
+		var p *PanicError
+		if errors.As(err, &p) {
+			level = slog.LevelError
+			attrs = append(attrs, slog.String("stack", string(p.Stack)))
+		}
+	}
+	s.log.LogAttrs(r.ctx, level, "fumehood host call", attrs...)
+	if err != nil {
+		return errorFrame(kindOf(err), err)
+	}
+	return frame(&response{OK: true, Result: result}, nil)
+}
+
+func (s *Server) invoke(r *run, req *request, size int) (json.RawMessage, error) {
+	if r.calls > s.maxCalls {
+		return nil, fmt.Errorf("%w: the limit is %d per run", ErrTooManyCalls, s.maxCalls)
+	}
+	if size > s.maxReq {
+		return nil, fmt.Errorf("%w: a request of %d bytes, the limit is %d", ErrTooLarge, size, s.maxReq)
+	}
+	h, ok := s.funcs[req.Name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownFunction, req.Name)
+	}
+	args := req.Args
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	type outcome struct {
+		result any
+		err    error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- outcome{err: &PanicError{Function: req.Name, Value: v, Stack: debug.Stack()}}
+			}
+		}()
+		res, err := h(r.ctx, args)
+		done <- outcome{res, err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-r.ctx.Done():
+		// The handler ignores its context; the run ends without it.
+		return nil, r.ctx.Err()
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	b, err := json.Marshal(o.result)
+	if err != nil {
+		return nil, fmt.Errorf("hostcall: function %q returned a result JSON cannot encode: %w", req.Name, err)
+	}
+	if len(b) > s.maxRes {
+		return nil, fmt.Errorf("%w: a result of %d bytes, the limit is %d", ErrTooLarge, len(b), s.maxRes)
+	}
+	return b, nil
+}
+
+func kindOf(err error) string {
+	var p *PanicError
+	var a *ArgumentError
+	switch {
+	case errors.As(err, &p):
+		return "panic"
+	case errors.As(err, &a):
+		return "arguments"
+	case errors.Is(err, ErrUnknownFunction):
+		return "unknown"
+	case errors.Is(err, ErrTooManyCalls), errors.Is(err, ErrTooLarge):
+		return "limit"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "error"
+}
+
+func (s *Server) http(r *run, req *request, body []byte) []byte {
+	if r.client == nil {
+		err := &netpolicy.DeniedError{Method: req.Method, URL: req.URL, Rule: "no network policy",
+			Reason: "the sandbox has no network access"}
+		return frame(&response{Error: &wireError{Kind: "denied", Message: err.Error(), Rule: err.Rule}}, nil)
+	}
+	start := time.Now()
+	h := make(http.Header, len(req.Headers))
+	for _, kv := range req.Headers {
+		h.Add(kv[0], kv[1])
+	}
+	resp, err := r.client.Do(r.ctx, &netpolicy.Request{Method: req.Method, URL: req.URL, Header: h, Body: body})
+	attrs := []slog.Attr{slog.String("method", req.Method), slog.String("url", req.URL),
+		slog.Int("request_bytes", len(body)), slog.Duration("duration", time.Since(start))}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+		s.log.LogAttrs(r.ctx, slog.LevelWarn, "fumehood http request", attrs...)
+		var de *netpolicy.DeniedError
+		if errors.As(err, &de) {
+			return frame(&response{Error: &wireError{Kind: "denied", Message: err.Error(), Rule: de.Rule}}, nil)
+		}
+		if r.ctx.Err() != nil {
+			return errorFrame("canceled", r.ctx.Err())
+		}
+		return errorFrame("network", err)
+	}
+	attrs = append(attrs, slog.Int("status", resp.StatusCode), slog.Int("response_bytes", len(resp.Body)))
+	s.log.LogAttrs(r.ctx, slog.LevelInfo, "fumehood http request", attrs...)
+	out := &response{OK: true, Status: resp.StatusCode, Reason: http.StatusText(resp.StatusCode), URL: resp.URL}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			out.Headers = append(out.Headers, [2]string{k, v})
+		}
+	}
+	return frame(out, resp.Body)
+}
+
+func errorFrame(kind string, err error) []byte {
+	return frame(&response{Error: &wireError{Kind: kind, Message: err.Error()}}, nil)
+}
+
+func frame(r *response, body []byte) []byte {
+	h, err := json.Marshal(r)
+	if err != nil { // cannot happen: every field encodes
+		h = []byte(`{"ok":false,"error":{"kind":"protocol","message":"unencodable response"}}`)
+	}
+	return AppendFrame(nil, h, body)
+}

@@ -1,0 +1,289 @@
+// Package netpolicy decides which HTTP requests a sandboxed guest may make,
+// and makes them for it.
+//
+// A guest has no sockets: it asks the host to make a request, and the host
+// makes it only if a Policy allows it. The default is to deny everything;
+// each Rule of Policy.Allow opens one scheme, host pattern, port and set of
+// methods:
+//
+//	p := &netpolicy.Policy{Allow: []netpolicy.Rule{
+//		{Scheme: "https", Host: "api.example.com", Methods: []string{"GET", "POST"}},
+//		{Host: "*.wikipedia.org"},
+//	}}
+//
+// Every request is checked again at each redirect hop. Host names are
+// resolved by the host and every address is checked after resolution:
+// loopback, link-local, private, unspecified and multicast addresses are
+// refused unless AllowPrivate is set, and the connection is made to the
+// address that was checked, so a name that resolves differently the second
+// time (DNS rebinding) cannot slip through. Secret headers (API keys) are
+// added by the host for the hosts they belong to; the guest never sees
+// them. A refusal is a *DeniedError naming the rule that refused it.
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults applied when a Policy leaves a limit zero.
+const (
+	DefaultMaxRequestBytes  = 1 << 20
+	DefaultMaxResponseBytes = 10 << 20
+	DefaultMaxRequests      = 100
+	DefaultMaxRedirects     = 10
+	DefaultTimeout          = 30 * time.Second
+)
+
+// Policy says which HTTP requests a guest may make. The zero value allows
+// none. A Policy must not be changed while a Transport made from it is in use.
+type Policy struct {
+	// Allow lists what may be requested; a request must match one rule.
+	Allow []Rule
+	// AllowPrivate lets requests reach loopback, link-local, private
+	// (RFC 1918, RFC 4193, shared address space), unspecified and
+	// multicast addresses. Off, such addresses are refused even when a
+	// rule allows the host name.
+	AllowPrivate bool
+	// MaxRequestBytes bounds a request's body; 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// MaxResponseBytes bounds a response's body; 0 means DefaultMaxResponseBytes.
+	MaxResponseBytes int64
+	// MaxRequests bounds the requests of one Client (one run), each
+	// redirect hop counting as one; 0 means DefaultMaxRequests.
+	MaxRequests int
+	// MaxRedirects bounds the redirects followed for one request; 0 means
+	// DefaultMaxRedirects and a negative value follows none.
+	MaxRedirects int
+	// Timeout bounds one request, redirects included, within the caller's
+	// context; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Secrets holds headers the host adds to every request to a host
+	// (the key: a host name, lower case, or an IP address), replacing any
+	// the guest set under the same names. The guest never sees them, and
+	// they are not carried along a redirect to another host.
+	Secrets map[string]http.Header
+	// Resolve looks up a host name's addresses; nil means
+	// net.DefaultResolver. Tests use it to fake names.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// Rule allows requests to one host pattern.
+type Rule struct {
+	// Scheme is "http" or "https"; empty allows both.
+	Scheme string
+	// Host is a host name (matched without regard to case), an IP
+	// address, "*.example.com" for every name below example.com (but not
+	// example.com itself), or "*" for every host.
+	Host string
+	// Port is the allowed port; 0 means the scheme's default port (80 for
+	// http, 443 for https).
+	Port int
+	// Methods are the allowed HTTP methods (upper case); empty allows all.
+	Methods []string
+}
+
+// String describes the rule, as a DeniedError names it.
+func (r Rule) String() string {
+	var b strings.Builder
+	b.WriteString("allow ")
+	if r.Scheme == "" {
+		b.WriteString("http(s)")
+	} else {
+		b.WriteString(r.Scheme)
+	}
+	b.WriteString("://")
+	b.WriteString(r.Host)
+	if r.Port != 0 {
+		b.WriteString(":" + strconv.Itoa(r.Port))
+	}
+	if len(r.Methods) > 0 {
+		b.WriteString(" " + strings.Join(r.Methods, ","))
+	}
+	return b.String()
+}
+
+// ParseHostRule parses the command line's HOST[:PORT] (or [IPv6]:PORT)
+// into a Rule allowing every method over http and https. Without a port
+// the schemes' default ports are allowed.
+func ParseHostRule(s string) (Rule, error) {
+	host, port := s, 0
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || n > 65535 {
+			return Rule{}, fmt.Errorf("netpolicy: invalid port in %q", s)
+		}
+		host, port = h, n
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "" || strings.ContainsAny(host, "/@?#: ") && !isIP(host) {
+		return Rule{}, fmt.Errorf("netpolicy: invalid host %q (want HOST or HOST:PORT)", s)
+	}
+	return Rule{Host: host, Port: port}, nil
+}
+
+func isIP(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
+
+// ErrDenied matches every refusal: errors.Is(err, ErrDenied).
+var ErrDenied = errors.New("netpolicy: request refused")
+
+// DeniedError reports a request the policy refused, and which rule refused it.
+type DeniedError struct {
+	// Method and URL are the request's (the hop's, after a redirect).
+	Method, URL string
+	// Rule names what refused the request: "allow-list" (no rule matched),
+	// "AllowPrivate", "MaxRequests", "MaxRequestBytes", "MaxResponseBytes"
+	// or "MaxRedirects".
+	Rule string
+	// Reason says why, in words.
+	Reason string
+}
+
+func (e *DeniedError) Error() string {
+	if e.URL == "" {
+		return fmt.Sprintf("netpolicy: refused by %s: %s", e.Rule, e.Reason)
+	}
+	return fmt.Sprintf("netpolicy: %s %s refused by %s: %s", e.Method, e.URL, e.Rule, e.Reason)
+}
+
+// Is makes a DeniedError match ErrDenied.
+func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
+
+// Validate reports a policy whose rules cannot match anything sensible.
+func (p *Policy) Validate() error {
+	for _, r := range p.Allow {
+		if r.Scheme != "" && r.Scheme != "http" && r.Scheme != "https" {
+			return fmt.Errorf("netpolicy: rule %q: scheme must be http, https or empty", r)
+		}
+		if r.Host == "" || strings.Contains(r.Host[1:], "*") || strings.HasPrefix(r.Host, "*") && r.Host != "*" && !strings.HasPrefix(r.Host, "*.") {
+			return fmt.Errorf("netpolicy: rule %q: host must be a name, an address, *.domain or *", r)
+		}
+		if r.Port < 0 || r.Port > 65535 {
+			return fmt.Errorf("netpolicy: rule %q: port out of range", r)
+		}
+	}
+	if p.MaxRequestBytes < 0 || p.MaxResponseBytes < 0 || p.MaxRequests < 0 {
+		return errors.New("netpolicy: negative limit")
+	}
+	return nil
+}
+
+// Check reports whether a rule allows method on u, without resolving the
+// host: nil, or a *DeniedError.
+func (p *Policy) Check(method string, u *url.URL) error {
+	deny := func(reason string) error {
+		return &DeniedError{Method: method, URL: redact(u), Rule: "allow-list", Reason: reason}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return deny(fmt.Sprintf("scheme %q is not http or https", u.Scheme))
+	}
+	if u.User != nil {
+		return deny("credentials in the URL are not allowed")
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	port := effectivePort(u)
+	for _, r := range p.Allow {
+		if r.matches(u.Scheme, host, port, method) {
+			return nil
+		}
+	}
+	return deny(fmt.Sprintf("no rule allows %s %s://%s:%d (the default is to deny)", method, u.Scheme, host, port))
+}
+
+func (r Rule) matches(scheme, host string, port int, method string) bool {
+	if r.Scheme != "" && r.Scheme != scheme {
+		return false
+	}
+	want := r.Port
+	if want == 0 {
+		want = defaultPort(scheme)
+	}
+	if want != port {
+		return false
+	}
+	if len(r.Methods) > 0 && !slices.Contains(r.Methods, method) {
+		return false
+	}
+	pattern := strings.TrimSuffix(strings.ToLower(r.Host), ".")
+	switch {
+	case pattern == "*":
+		return true
+	case strings.HasPrefix(pattern, "*."):
+		return strings.HasSuffix(host, pattern[1:]) && len(host) > len(pattern)-1
+	default:
+		if a, err := netip.ParseAddr(pattern); err == nil {
+			b, err := netip.ParseAddr(host)
+			return err == nil && a.Unmap() == b.Unmap()
+		}
+		return pattern == host
+	}
+}
+
+func defaultPort(scheme string) int {
+	if scheme == "https" {
+		return 443
+	}
+	return 80
+}
+
+func effectivePort(u *url.URL) int {
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	return defaultPort(u.Scheme)
+}
+
+// CheckAddr reports whether a connection to ip may be made: nil, or a
+// *DeniedError naming AllowPrivate.
+func (p *Policy) CheckAddr(ip netip.Addr) error {
+	if p.AllowPrivate {
+		return nil
+	}
+	if kind := privateKind(ip); kind != "" {
+		return &DeniedError{Rule: "AllowPrivate", Reason: fmt.Sprintf("address %s is %s and AllowPrivate is off", ip, kind)}
+	}
+	return nil
+}
+
+var sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598, carrier-grade NAT
+
+// privateKind says which class of non-public address ip is, or "".
+func privateKind(ip netip.Addr) string {
+	ip = ip.Unmap()
+	switch {
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
+		return "link-local"
+	case ip.IsPrivate() || sharedSpace.Contains(ip):
+		return "private"
+	case ip.IsUnspecified():
+		return "unspecified"
+	case ip.IsMulticast():
+		return "multicast"
+	case !ip.IsValid() || ip.Is6() && ip.Is4In6():
+		return "invalid"
+	}
+	return ""
+}
+
+// redact drops the query and fragment of u from what errors and logs show:
+// they may hold tokens.
+func redact(u *url.URL) string {
+	c := *u
+	c.RawQuery, c.Fragment, c.RawFragment, c.User = "", "", "", nil
+	return c.String()
+}

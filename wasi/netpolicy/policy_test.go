@@ -1,0 +1,153 @@
+package netpolicy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCheck(t *testing.T) {
+	p := &Policy{Allow: []Rule{
+		{Scheme: "https", Host: "api.example.com", Methods: []string{"GET"}},
+		{Host: "*.wiki.example"},
+		{Scheme: "http", Host: "10.1.2.3", Port: 8080},
+	}}
+	require.NoError(t, p.Validate())
+	for _, tc := range []struct {
+		method, url string
+		ok          bool
+	}{
+		{"GET", "https://api.example.com/v1", true},
+		{"GET", "https://API.Example.com./v1", true},
+		{"POST", "https://api.example.com/v1", false},
+		{"GET", "http://api.example.com/v1", false},
+		{"GET", "https://api.example.com:8443/v1", false},
+		{"GET", "https://evil.com/?h=api.example.com", false},
+		{"GET", "https://api.example.com.evil.com/", false},
+		{"DELETE", "http://en.wiki.example/", true},
+		{"GET", "https://a.b.wiki.example/", true},
+		{"GET", "https://wiki.example/", false},
+		{"GET", "https://xwiki.example/", false},
+		{"GET", "http://10.1.2.3:8080/", true},
+		{"GET", "http://10.1.2.3/", false},
+		{"GET", "ftp://api.example.com/", false},
+		{"GET", "https://user:pw@api.example.com/", false},
+	} {
+		u, err := url.Parse(tc.url)
+		require.NoError(t, err)
+		err = p.Check(tc.method, u)
+		if tc.ok {
+			assert.NoError(t, err, "%s %s", tc.method, tc.url)
+		} else {
+			assert.ErrorIs(t, err, ErrDenied, "%s %s", tc.method, tc.url)
+		}
+	}
+	u, _ := url.Parse("https://x.example/?token=s3cret")
+	err := (&Policy{}).Check("GET", u)
+	var de *DeniedError
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, "allow-list", de.Rule)
+	assert.NotContains(t, err.Error(), "s3cret", "queries are not repeated in errors")
+}
+
+func TestValidate(t *testing.T) {
+	for _, r := range []Rule{{Host: ""}, {Host: "a.*.com"}, {Host: "*x.com"}, {Scheme: "ftp", Host: "a"}, {Host: "a", Port: 70000}} {
+		assert.Error(t, (&Policy{Allow: []Rule{r}}).Validate(), "%+v", r)
+	}
+	assert.NoError(t, (&Policy{Allow: []Rule{{Host: "*"}, {Host: "*.a.com", Port: 1}}}).Validate())
+}
+
+func TestCheckAddr(t *testing.T) {
+	p := &Policy{}
+	for addr, kind := range map[string]string{
+		"127.0.0.1": "loopback", "::1": "loopback", "::ffff:127.0.0.1": "loopback",
+		"10.0.0.1": "private", "172.16.5.4": "private", "192.168.1.1": "private", "fd00::1": "private",
+		"100.64.0.1": "private", "169.254.169.254": "link-local", "fe80::1": "link-local",
+		"0.0.0.0": "unspecified", "239.1.2.3": "multicast",
+		"93.184.216.34": "", "2606:4700::1111": "",
+	} {
+		err := p.CheckAddr(netip.MustParseAddr(addr))
+		if kind == "" {
+			assert.NoError(t, err, addr)
+			continue
+		}
+		require.ErrorIs(t, err, ErrDenied, addr)
+		assert.Contains(t, err.Error(), kind, addr)
+		assert.NoError(t, (&Policy{AllowPrivate: true}).CheckAddr(netip.MustParseAddr(addr)), addr)
+	}
+}
+
+func TestParseHostRule(t *testing.T) {
+	for in, want := range map[string]Rule{
+		"example.com":      {Host: "example.com"},
+		"Example.com:8080": {Host: "example.com", Port: 8080},
+		"*.example.com":    {Host: "*.example.com"},
+		"[::1]:9000":       {Host: "::1", Port: 9000},
+		"127.0.0.1":        {Host: "127.0.0.1"},
+	} {
+		got, err := ParseHostRule(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "a.com:0", "a.com:x", "http://a.com", "a.com:99999"} {
+		_, err := ParseHostRule(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestTransportDialsOnlyCheckedAddresses(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Header.Get("Authorization"))
+	}))
+	defer srv.Close()
+	port := netip.MustParseAddrPort(srv.Listener.Addr().String()).Port()
+	p := &Policy{
+		Allow:        []Rule{{Host: "svc.test", Port: int(port)}, {Host: "127.0.0.1", Port: int(port)}},
+		AllowPrivate: true,
+		Secrets:      map[string]http.Header{"svc.test": {"Authorization": {"Bearer host-only"}}},
+		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		},
+	}
+	tr, err := NewTransport(p)
+	require.NoError(t, err)
+	c := tr.NewClient()
+	resp, err := c.Do(context.Background(), &Request{URL: fmt.Sprintf("http://svc.test:%d/", port)})
+	require.NoError(t, err)
+	assert.Equal(t, "Bearer host-only", string(resp.Body), "the secret is added for its host")
+	resp, err = c.Do(context.Background(), &Request{URL: srv.URL})
+	require.NoError(t, err)
+	assert.Empty(t, string(resp.Body), "and not for another")
+	assert.Equal(t, 2, c.Requests())
+
+	// Without AllowPrivate, a rebinding answer (one public and one
+	// loopback address) is never dialed at the loopback address.
+	p2 := *p
+	p2.AllowPrivate = false
+	p2.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}, nil
+	}
+	tr2, err := NewTransport(&p2)
+	require.NoError(t, err)
+	_, err = tr2.NewClient().Do(context.Background(), &Request{URL: fmt.Sprintf("http://svc.test:%d/", port)})
+	var de *DeniedError
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, "AllowPrivate", de.Rule)
+	assert.Contains(t, de.URL, "svc.test")
+}
+
+func TestClientRequestBodyCap(t *testing.T) {
+	tr, err := NewTransport(&Policy{Allow: []Rule{{Host: "*"}}, MaxRequestBytes: 3})
+	require.NoError(t, err)
+	_, err = tr.NewClient().Do(context.Background(), &Request{Method: "POST", URL: "http://x.test/", Body: []byte("four")})
+	var de *DeniedError
+	require.ErrorAs(t, err, &de)
+	assert.Equal(t, "MaxRequestBytes", de.Rule)
+}
