@@ -90,6 +90,7 @@ type Guest struct {
 	sessions    bool       // the session build: NewSession works
 	globals     []string   // the exported mutable globals but fuel
 	bases       baseImages // session base images, by mount layout
+	cacheDir    string     // where base images are kept between processes
 
 	closeOnce sync.Once
 	closeErr  error
@@ -226,7 +227,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 		return nil, fmt.Errorf("%w: it exports no _start function (not a WASI command)", ErrInvalidModule)
 	}
 	return &Guest{
-		rt: rt, compiled: compiled, cache: cache, id: pipeline.Digest(wasm),
+		rt: rt, compiled: compiled, cache: cache, id: pipeline.Digest(wasm), cacheDir: dir,
 		fuel: true, memoryLimit: limit, minMemory: minMem,
 	}, nil
 }

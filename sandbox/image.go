@@ -1,12 +1,16 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -213,4 +217,105 @@ func (b *baseImages) get(ctx context.Context, layout string, build func(context.
 		return nil, ctx.Err()
 	}
 	return e.img, e.err
+}
+
+// base returns the base image for a layout: from memory, else from the
+// cache directory, else built (and then cached, for the next process).
+func (g *Guest) base(ctx context.Context, layout []snapshot.Mount) (*baseImage, error) {
+	return g.bases.get(ctx, layoutKey(layout), func(ctx context.Context) (*baseImage, error) {
+		file := g.baseFile(layout)
+		if b, err := g.loadBase(ctx, file, layout); err == nil {
+			return b, nil
+		}
+		b, err := g.buildBase(ctx, layout)
+		if err == nil && file != "" {
+			// A failure to cache costs the next process time, nothing else.
+			_ = g.saveBase(file, b, layout)
+		}
+		return b, err
+	})
+}
+
+// baseFile names the cache file of a layout's base image: it depends on
+// the guest build, the driver and the layout.
+func (g *Guest) baseFile(layout []snapshot.Mount) string {
+	if g.cacheDir == "" {
+		return ""
+	}
+	h := sha256.New()
+	h.Write([]byte(g.id))
+	h.Write([]byte(driverSource))
+	h.Write([]byte(layoutKey(layout)))
+	return filepath.Join(g.cacheDir, "sessions", hex.EncodeToString(h.Sum(nil))[:32]+".base")
+}
+
+// saveBase writes a base image in the snapshot format: its non-zero pages.
+func (g *Guest) saveBase(file string, b *baseImage, layout []snapshot.Mount) error {
+	snap := &snapshot.Snapshot{Header: snapshot.Header{
+		Guest: g.id, Base: b.digest, MemorySize: uint64(len(b.mem)), AsyncifyBuffer: b.buf,
+		Args: snapshotArgs, Mounts: layout,
+	}}
+	for i, v := range b.globals {
+		snap.Header.Globals = append(snap.Header.Globals, snapshot.Global{Name: g.globals[i], Value: v})
+	}
+	for i := 0; i < len(b.mem)/pageSize; i++ {
+		if p := b.page(i); !bytes.Equal(p, zeroPage) {
+			snap.Pages = append(snap.Pages, snapshot.Page{Index: uint32(i), Data: p})
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(file), ".base-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	w := bufio.NewWriter(f)
+	if err := snapshot.Encode(w, snap); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), file)
+}
+
+// loadBase reads a cached base image and checks it against its digest.
+func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mount) (*baseImage, error) {
+	if file == "" {
+		return nil, os.ErrNotExist
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	snap, err := snapshot.Decode(bufio.NewReader(f), snapshot.Limits{MaxSize: 1 << 32, MaxMemory: 1 << 32})
+	if err != nil {
+		return nil, err
+	}
+	h := &snap.Header
+	if h.Guest != g.id || layoutKey(h.Mounts) != layoutKey(layout) || len(h.Globals) != len(g.globals) {
+		return nil, errors.New("sandbox: cached base image of another build")
+	}
+	b := &baseImage{layout: layoutKey(layout), mem: make([]byte, h.MemorySize), buf: h.AsyncifyBuffer}
+	for _, p := range snap.Pages {
+		copy(b.mem[int(p.Index)*pageSize:], p.Data)
+	}
+	for _, gl := range h.Globals {
+		b.globals = append(b.globals, gl.Value)
+	}
+	// The snapshot's checksum vouches for the content, so the digest is
+	// taken as written rather than computed again (25 ms).
+	b.digest = h.Base
+	if err := g.freshPages(ctx, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

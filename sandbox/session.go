@@ -354,9 +354,7 @@ func (g *Guest) NewSession(ctx context.Context, cfg *SessionConfig) (*Session, e
 	if err != nil {
 		return nil, err
 	}
-	base, err := g.bases.get(ctx, layoutKey(s.layout), func(ctx context.Context) (*baseImage, error) {
-		return g.buildBase(ctx, s.layout)
-	})
+	base, err := g.base(ctx, s.layout)
 	if err != nil {
 		return nil, err
 	}
@@ -490,15 +488,23 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 	b := &baseImage{layout: layoutKey(layout), mem: mem, globals: globals, buf: in.buf}
 	b.digest = digestImage(mem, globals, in.buf)
 
-	// Which pages must a restore write? Those that differ from what a
-	// fresh instance holds.
-	fresh, err := g.newInstance(ctx, sb.fscfg, clock, seededRand(0), nil, driverArgs(), uint64(g.memoryLimit), 0)
-	if err != nil {
+	if err := g.freshPages(ctx, b); err != nil {
 		return nil, err
+	}
+	return b, nil
+}
+
+// freshPages finds the pages a restore must write: those where the base
+// image differs from the memory of a freshly instantiated module.
+func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
+	var in *instance
+	fresh, err := g.newInstance(ctx, wazero.NewFSConfig(), &sessionClock{in: &in}, seededRand(0), nil, driverArgs(), uint64(g.memoryLimit), 0)
+	if err != nil {
+		return err
 	}
 	defer fresh.close()
 	fm := fresh.linear()
-	for i := 0; i < len(mem)/pageSize; i++ {
+	for i := 0; i < len(b.mem)/pageSize; i++ {
 		ref := zeroPage
 		if (i+1)*pageSize <= len(fm) {
 			ref = fm[i*pageSize : (i+1)*pageSize]
@@ -507,7 +513,7 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 			b.fresh = append(b.fresh, uint32(i))
 		}
 	}
-	return b, nil
+	return nil
 }
 
 // instantiate gives the session a new instance holding its checkpoint.
@@ -638,7 +644,6 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (*Result, e
 	}
 	in.pending = append([]byte(strconv.Itoa(len(body))+"\n"), body...)
 	in.resultAt = req.Result
-	ctlName := strings.TrimPrefix(req.Result, ControlPath)
 	if c.Stdin != nil {
 		in.userIn = newStdin(ctx, c.Stdin)
 	}
@@ -665,8 +670,8 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (*Result, e
 	s.runs++
 	if runErr == nil {
 		var out outcome
-		data, rerr := afero.ReadFile(s.ctl, ctlName)
-		s.ctl.Remove(ctlName)
+		data, rerr := s.sb.ReadFile(req.Result)
+		s.sb.Remove(req.Result)
 		if rerr == nil {
 			rerr = json.Unmarshal(data, &out)
 		}
@@ -678,7 +683,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (*Result, e
 			return res, s.finish(res, &out)
 		}
 	}
-	s.ctl.Remove(ctlName)
+	s.sb.Remove(req.Result)
 	err = classify(res, r, runErr)
 	if err == nil {
 		// The interpreter exited with status 0 (os._exit(0)): the run

@@ -341,3 +341,13 @@ func TestSessionStopWithFileOpenedByTheRun(t *testing.T) {
 	assert.Equal(t, "(1, True)", run(t, s, "import os\nx, os.path.exists('/tmp/new')").Value, "rolled back; the file the run created stays")
 	require.NoError(t, s.Snapshot(&bytes.Buffer{}), "no handle survives the rollback")
 }
+
+func TestSessionManyRuns(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "n = 0")
+	for i := 0; i < 100; i++ {
+		run(t, s, "n += 1")
+	}
+	assert.Equal(t, "100", run(t, s, "n").Value)
+	assert.Equal(t, int64(102), s.Runs())
+}

@@ -244,9 +244,7 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 	if got, want := describeLayout(s.layout), describeLayout(h.Mounts); got != want {
 		return fail(fmt.Errorf("%w: the snapshot mounts %s, the session %s", ErrSnapshotLayout, want, got))
 	}
-	base, err := g.bases.get(ctx, layoutKey(s.layout), func(ctx context.Context) (*baseImage, error) {
-		return g.buildBase(ctx, s.layout)
-	})
+	base, err := g.base(ctx, s.layout)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,0 +1,137 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// median times f n times and returns the median.
+func median(n int, f func()) time.Duration {
+	d := make([]time.Duration, n)
+	for i := range d {
+		t0 := time.Now()
+		f()
+		d[i] = time.Since(t0)
+	}
+	slices.Sort(d)
+	return d[n/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// BenchmarkSessions measures the session operations against a cold start
+// (a one-shot run of `pass`: instantiation and CPython's start-up) in the
+// same run, and reports medians:
+//
+//	go test ./sandbox -run '^$' -bench Sessions -benchtime 1x
+func BenchmarkSessions(b *testing.B) {
+	g := testenv.PythonSessions(b)
+	ctx := context.Background()
+	const n = 21
+	for b.Loop() {
+		cold := median(n, func() {
+			_, err := g.Run(ctx, "pass", nil)
+			require.NoError(b, err)
+		})
+		s, err := g.NewSession(ctx, nil) // builds the base image once
+		require.NoError(b, err)
+		s.Close()
+		newSession := median(n, func() {
+			s, err := g.NewSession(ctx, nil)
+			require.NoError(b, err)
+			s.Close()
+		})
+		s, err = g.NewSession(ctx, nil)
+		require.NoError(b, err)
+		_, err = s.Run(ctx, "x = 0", nil)
+		require.NoError(b, err)
+		roundTrip := median(5*n, func() {
+			_, err := s.Run(ctx, "x += 1", nil)
+			require.NoError(b, err)
+		})
+		// A small session: a few variables, a function, an import, a file.
+		_, err = s.Run(ctx, "import json\ndata = {'k%d' % i: i for i in range(1000)}\ndef f(v): return v * 2\nopen('/work/a', 'w').write('x' * 1000)", nil)
+		require.NoError(b, err)
+		var snap []byte
+		snapshot := median(n, func() {
+			var buf bytes.Buffer
+			require.NoError(b, s.Snapshot(&buf))
+			snap = buf.Bytes()
+		})
+		resume := median(n, func() {
+			r, err := g.ResumeSession(ctx, bytes.NewReader(snap), nil)
+			require.NoError(b, err)
+			r.Close()
+		})
+		fork := median(n, func() {
+			f, err := s.Fork(ctx)
+			require.NoError(b, err)
+			f.Close()
+		})
+		s.Close()
+
+		b.ReportMetric(ms(cold), "cold-ms")
+		b.ReportMetric(ms(newSession), "new-ms")
+		b.ReportMetric(float64(cold)/float64(newSession), "cold/new")
+		b.ReportMetric(ms(roundTrip), "run-x+=1-ms")
+		b.ReportMetric(ms(snapshot), "snapshot-ms")
+		b.ReportMetric(float64(len(snap))/1e6, "snapshot-MB")
+		b.ReportMetric(ms(resume), "resume-ms")
+		b.ReportMetric(ms(fork), "fork-ms")
+	}
+}
+
+// rss returns the process's resident memory in bytes.
+func rss(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		b.Skip("no /proc/self/statm")
+	}
+	f := strings.Fields(string(data))
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	require.NoError(b, err)
+	return pages * int64(os.Getpagesize())
+}
+
+// BenchmarkIdleSessions measures the resident memory 100 idle sessions
+// (each after one run) add to the process:
+//
+//	go test ./sandbox -run '^$' -bench IdleSessions -benchtime 1x
+func BenchmarkIdleSessions(b *testing.B) {
+	g := testenv.PythonSessions(b)
+	ctx := context.Background()
+	for b.Loop() {
+		warm, err := g.NewSession(ctx, nil)
+		require.NoError(b, err)
+		warm.Close()
+		runtime.GC()
+		before := rss(b)
+		var all []*sandbox.Session
+		for _, count := range []int{1, 10, 100} {
+			for len(all) < count {
+				s, err := g.NewSession(ctx, nil)
+				require.NoError(b, err)
+				_, err = s.Run(ctx, "x = [i for i in range(1000)]", nil)
+				require.NoError(b, err)
+				all = append(all, s)
+			}
+			runtime.GC()
+			b.ReportMetric(float64(rss(b)-before)/float64(count)/1e6, "MB/session@"+strconv.Itoa(count))
+		}
+		for _, s := range all {
+			s.Close()
+		}
+	}
+}
