@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -59,4 +60,49 @@ func ExampleGuest_Run_timeout() {
 	_, err = py.Run(ctx, "while True: pass", &sandbox.Config{Timeout: 100 * time.Millisecond})
 	fmt.Println(errors.Is(err, context.DeadlineExceeded))
 	// Output: true
+}
+
+func ExampleGuest_NewSession() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close(ctx)
+
+	s, err := py.NewSession(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	s.Run(ctx, "x = 41", nil)
+	res, _ := s.Run(ctx, "x + 1", nil)
+	fmt.Println(res.Value)
+
+	_, err = s.Run(ctx, "x / 0", nil)
+	var exc *sandbox.Exception
+	if errors.As(err, &exc) {
+		fmt.Println(exc.Type, "-", exc.Message)
+	}
+
+	// Pause to bytes, resume (here or in another process), fork.
+	var snap bytes.Buffer
+	if err := s.Snapshot(&snap); err != nil {
+		fmt.Println(err)
+		return
+	}
+	r, err := py.ResumeSession(ctx, &snap, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer r.Close()
+	res, _ = r.Run(ctx, "x * 2", nil)
+	fmt.Println(res.Value)
+	// Output:
+	// 42
+	// ZeroDivisionError - division by zero
+	// 82
 }
