@@ -50,6 +50,14 @@ def _driver():
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
+        sys.path[0:0] = req.get('path', [])
+        for d in req.get('site', []):
+            sys.path.insert(0, d)
+            try:
+                import sitecustomize
+            finally:
+                sys.path.remove(d)
+                sys.modules.pop('sitecustomize', None)
         seed = req.get('seed')
         if seed is not None and 'random' in sys.modules:
             sys.modules['random'].seed(bytes.fromhex(seed))
@@ -113,6 +121,14 @@ def _driver():
                 f.flush()
             except BaseException:
                 pass
+        # The host-call channel must not stay open across the pause.
+        fh = sys.modules.get('fumehood')
+        if fh is not None and getattr(fh, '_fd', None) is not None:
+            try:
+                os.close(fh._fd)
+            except OSError:
+                pass
+            fh._fd = None
         data = dumps(out).encode()
         fd = os.open(req['result'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:

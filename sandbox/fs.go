@@ -103,9 +103,11 @@ func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
 	return g.newSandbox(cfg, false)
 }
 
-// newSandbox creates a sandbox. With fixedDevices its mounts report device
-// numbers 1, 2, ... in mount order, the same in every process.
-func (g *Guest) newSandbox(cfg *SandboxConfig, fixedDevices bool) (*Sandbox, error) {
+// newSandbox creates a sandbox. For sessions (session set), its mounts
+// report device numbers 1, 2, ... in mount order, the same in every
+// process, and a mount may stand in for the host-call channel while a base
+// image is taken.
+func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	var c SandboxConfig
 	if cfg != nil {
 		c = *cfg
@@ -122,7 +124,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, fixedDevices bool) (*Sandbox, err
 		if seen[m.Path] {
 			return nil, fmt.Errorf("sandbox: two mounts at %s", m.Path)
 		}
-		if m.Path == HostMountPath {
+		if m.Path == HostMountPath && !session {
 			return nil, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
 		}
 		seen[m.Path] = true
@@ -147,7 +149,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, fixedDevices bool) (*Sandbox, err
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	for i, m := range mounts {
 		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report}
-		if fixedDevices {
+		if session {
 			opts.Device = uint64(i + 1)
 		}
 		fsys, err := wasi.NewFS(m.FS, opts)

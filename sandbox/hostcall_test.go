@@ -347,3 +347,35 @@ except fh.PolicyError as e:
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	assert.Equal(t, "no network policy\n", string(res.Stdout))
 }
+
+func TestSessionHostCallsAndNetwork(t *testing.T) {
+	srv := newNetServer(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "pong") })
+	cfg := &sandbox.SessionConfig{
+		Network: allowLoopback(t, srv),
+		HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+			"add": hostcall.Func(func(ctx context.Context, a addArgs) (int, error) { return a.A + a.B, nil }),
+		}},
+	}
+	s := newSession(t, cfg)
+	res := run(t, s, "import fumehood\ntotal = fumehood.call('add', A=40, B=2)\ntotal")
+	assert.Equal(t, "42", res.Value)
+	assert.Equal(t, 1, res.HostCalls)
+	res = run(t, s, fmt.Sprintf("import urllib.request\nurllib.request.urlopen(%q).read().decode(), fumehood.call('add', A=total, B=1)", srv.URL))
+	assert.Equal(t, "('pong', 43)", res.Value)
+	assert.Equal(t, 1, res.HTTPRequests)
+	assert.Equal(t, 1, res.HostCalls)
+
+	// The channel is closed between runs, so the session snapshots, and
+	// the resumed one calls the host again.
+	snap := snapshotOf(t, s)
+	r := resume(t, snap, cfg)
+	assert.Equal(t, "(42, 5)", run(t, r, "total, fumehood.call('add', A=2, B=3)").Value)
+	f, err := r.Fork(context.Background())
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, "7", run(t, f, "fumehood.call('add', A=3, B=4)").Value)
+
+	// Without host functions, the layout differs.
+	_, err = testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
+	assert.ErrorIs(t, err, sandbox.ErrSnapshotLayout)
+}

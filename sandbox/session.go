@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"path"
 	iofs "io/fs"
 	"slices"
 	"strconv"
@@ -27,6 +29,8 @@ import (
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/wasi/hostcall"
+	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 //go:embed driver.py
@@ -92,6 +96,11 @@ type SessionConfig struct {
 	// from Seed.
 	Deterministic bool
 	Seed          uint64
+	// HostCalls, Network and Logger are as in SandboxConfig: host
+	// functions (`import fumehood`) and the network policy, for every run.
+	HostCalls *hostcall.Config
+	Network   *netpolicy.Policy
+	Logger    *slog.Logger
 }
 
 // Session is a live Python interpreter whose state (variables, imports,
@@ -420,13 +429,17 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 	}
 	ctl := afero.NewMemMapFs()
 	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
-	sb, err := g.newSandbox(&SandboxConfig{Mounts: mounts}, true)
+	sb, err := g.newSandbox(&SandboxConfig{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger}, true)
 	if err != nil {
 		return nil, err
 	}
 	s := &Session{g: g, cfg: c, sb: sb, ctl: ctl, env: c.Env, root: root}
 	for _, m := range sb.order {
 		s.layout = append(s.layout, snapshot.Mount{Path: m.path, ReadOnly: m.fs.ReadOnly(), InMemory: m.path == "/" && root != nil})
+	}
+	if sb.host != nil {
+		// The host-call channel is mounted after the others.
+		s.layout = append(s.layout, snapshot.Mount{Path: HostMountPath, ReadOnly: true})
 	}
 	if c.Deterministic {
 		s.rand = seededRand(c.Seed)
@@ -541,6 +554,11 @@ type request struct {
 	Seed     string            `json:"seed,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	MaxValue int               `json:"max_value"`
+	// Path is put at the front of sys.path, and Site names directories
+	// whose sitecustomize module is run: the fumehood module's, sent with
+	// the environment.
+	Path []string `json:"path,omitempty"`
+	Site []string `json:"site,omitempty"`
 }
 
 // outcome is what the driver writes after a run.
@@ -567,7 +585,7 @@ func (s *Session) Run(ctx context.Context, code string, cfg *Config) (*Result, e
 	return s.do(ctx, &code, cfg)
 }
 
-func (s *Session) do(ctx context.Context, code *string, cfg *Config) (*Result, error) {
+func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Result, _ error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -632,6 +650,12 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (*Result, e
 		if req.Env == nil {
 			req.Env = map[string]string{}
 		}
+		if host := s.sb.host; host != nil {
+			req.Path = []string{path.Join(HostMountPath, hostcall.PythonPath)}
+			if host.HasNetwork() {
+				req.Site = []string{path.Join(HostMountPath, hostcall.PythonSitePath)}
+			}
+		}
 	}
 	if s.reseed {
 		var seed [32]byte
@@ -656,8 +680,22 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (*Result, e
 
 	// Files open now would be gone after a rollback.
 	openBefore := s.openFiles()
+	var endHost func() hostcall.Stats
+	if s.sb.host != nil {
+		if endHost, err = s.sb.host.Begin(ctx); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	runErr := in.call(ctx, r, budget, &s.sb.errno, true)
+	if endHost != nil {
+		st := endHost()
+		defer func(res **Result) {
+			if *res != nil {
+				(*res).HostCalls, (*res).HTTPRequests = st.Calls, st.HTTPRequests
+			}
+		}(&result)
+	}
 	res := &Result{
 		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated, StdoutBytes: stdout.total,
 		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated, StderrBytes: stderr.total,

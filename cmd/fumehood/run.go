@@ -85,6 +85,7 @@ type common struct {
 	resume        *string
 	snapshot      *string
 	env           envFlag
+	network       networkFlags
 	mounts        mountFlags
 	files         []fileFlag
 }
@@ -100,6 +101,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.seed = fs.Uint64("seed", 0, "random seed in --deterministic mode")
 	c.resume = fs.String("resume", "", "continue the session saved in this snapshot file")
 	c.snapshot = fs.String("snapshot", "", "save the session to this snapshot file afterwards")
+	c.network.register(fs)
 	c.env = envFlag{}
 	fs.Var(c.env, "env", "set a guest environment variable, KEY=VALUE (repeatable)")
 	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro] (repeatable)", c.mounts.add(false))
@@ -181,7 +183,7 @@ func (c *common) copyFiles(sb *sandbox.Sandbox) error {
 // openSession starts a session, or resumes the one saved with --resume.
 func (c *common) openSession(ctx context.Context, py *sandbox.Guest, memory int64) (*sandbox.Session, error) {
 	cfg := &sandbox.SessionConfig{Mounts: c.mounts, MemoryLimit: memory, Env: c.env,
-		Deterministic: *c.deterministic, Seed: *c.seed}
+		Deterministic: *c.deterministic, Seed: *c.seed, Network: c.network.policy(), Logger: quietLogger}
 	var s *sandbox.Session
 	var err error
 	if *c.resume != "" {
@@ -220,8 +222,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
 	var c common
 	c.register(fs)
-	var network networkFlags
-	network.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -266,9 +266,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if sessions && len(progArgs) > 0 {
 		return 0, &usageError{"a session run takes no ARGS"}
 	}
-	if sessions && network.policy() != nil {
-		return 0, &usageError{"--allow-host does not work with sessions yet"}
-	}
 	py, err := c.compile(ctx, sessions, stderr)
 	if err != nil {
 		return 0, err
@@ -305,7 +302,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 
 	cfg.Args, cfg.Env = progArgs, c.env
 	cfg.Deterministic, cfg.Seed = *c.deterministic, *c.seed
-	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: c.mounts, Network: network.policy(), Logger: quietLogger})
+	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: c.mounts, Network: c.network.policy(), Logger: quietLogger})
 	if err != nil {
 		return 0, err
 	}
