@@ -9,6 +9,7 @@
 //	fumehood run --resume FILE --snapshot FILE -c CODE
 //	                                         run code in a session saved across processes
 //	fumehood repl [--resume FILE]            an interactive session (:snapshot FILE saves it)
+//	fumehood mcp [--http ADDR]               an MCP server (stdio, or streamable HTTP)
 //	fumehood guest install [--session]       fetch, verify and prepare the Python guest
 //	fumehood guest info                      show the installed guest
 //
@@ -59,6 +60,7 @@ Usage:
   fumehood run --resume FILE --snapshot FILE -c CODE
                                            run code in a session saved across processes
   fumehood repl [--resume FILE]            an interactive Python session (:snapshot FILE saves it)
+  fumehood mcp [--http ADDR]               serve run_python and sessions to MCP clients
   fumehood guest install                   fetch, verify and prepare the Python guest
   fumehood guest info                      show the installed Python guest
 
@@ -82,6 +84,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdRun(ctx, args[1:], stdin, stdout, stderr)
 	case "repl":
 		code, err = cmdRepl(ctx, args[1:], stdin, stdout, stderr)
+	case "mcp":
+		err = cmdMCP(ctx, args[1:], stdin, stdout, stderr)
 	case "guest":
 		err = cmdGuest(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

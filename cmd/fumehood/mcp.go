@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/mcpserver"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// cmdMCP serves the sandbox to MCP clients over stdio, or streamable HTTP
+// with --http.
+func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: fumehood mcp [flags]\n\nServes the tools run_python, session_create, session_run, session_files,\n"+
+			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run (a call may ask for less)")
+	fuel := fs.Int64("fuel", 0, "fuel budget of a run; 0 means the default (a call may ask for less)")
+	memory := fs.String("memory", "", "memory limit of a sandbox or session, such as 64MiB (default 256MiB)")
+	maxOutput := fs.String("max-output", "", "bytes kept of each of stdout and stderr (default 1MiB)")
+	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
+	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, at most")
+	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio")
+	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
+	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
+	var network networkFlags
+	network.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return &usageError{"mcp takes no arguments"}
+	}
+	opts := &mcpserver.Options{Timeout: *timeout, Fuel: *fuel, Network: network.policy(),
+		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions}
+	if *timeout == 0 {
+		opts.Timeout = -1
+	}
+	if *fuel < 0 || *maxSessions <= 0 {
+		return &usageError{"--fuel must not be negative and --max-sessions must be positive"}
+	}
+	if *memory != "" {
+		n, err := sandbox.ParseSize(*memory)
+		if err != nil {
+			return &usageError{err.Error()}
+		}
+		opts.MemoryLimit = n
+	}
+	if *maxOutput != "" {
+		n, err := sandbox.ParseSize(*maxOutput)
+		if err != nil || n <= 0 || n > math.MaxInt32 {
+			return &usageError{fmt.Sprintf("invalid --max-output %q", *maxOutput)}
+		}
+		opts.MaxOutput = int(n)
+	}
+	c := common{offline: offline, cacheDir: cacheDir}
+	py, err := c.compile(ctx, true, stderr)
+	if err != nil {
+		return err
+	}
+	defer py.Close(context.WithoutCancel(ctx))
+	srv, err := mcpserver.New(py, opts)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	if *addr == "" {
+		err := srv.MCP().Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
+		if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "fumehood: MCP over streamable HTTP at http://%s/\n", ln.Addr())
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil)
+	hs := &http.Server{Handler: handler}
+	go func() {
+		<-ctx.Done()
+		hs.Close()
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
