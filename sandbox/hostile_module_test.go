@@ -75,3 +75,57 @@ func TestHugeInitialMemoryIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1<<20), res.PeakMemory)
 }
+
+// A few bytes can declare billions of locals: wazero's compiler needs about
+// 32 bytes of host memory for each, so 2^31 of them would exhaust the host
+// while compiling. Compile refuses more than browsers allow.
+func TestHugeLocalsAreRefused(t *testing.T) {
+	locals := wasmbin.AppendU32([]byte{0x01}, 1<<31) // one group of 2^31 i64
+	_, err := compileHostile(t, hostileModule{memPages: 1, locals: append(locals, 0x7E)}, nil)
+	require.ErrorIs(t, err, sandbox.ErrInvalidModule)
+	require.ErrorIs(t, err, wasmbin.ErrTooLarge)
+
+	g, err := compileHostile(t, hostileModule{memPages: 1, locals: []byte{0x02, 0xA0, 0x9C, 0x01, 0x7E, 0x10, 0x7F}}, nil) // 20000 + 16
+	require.NoError(t, err, "a large but sane number of locals")
+	_, err = g.Exec(context.Background(), nil)
+	require.NoError(t, err)
+}
+
+// table.grow allocates host memory outside the run's memory limit (8 bytes
+// an element, up to 2^32 elements): a guest limited to 1 MiB of memory
+// grew its table by 128 MiB. Compile gives every table a maximum, so the
+// growth fails inside the guest.
+func TestTableGrowthIsBounded(t *testing.T) {
+	// growTrapIf grows the table by n and traps if the growth failed
+	// (cmp 0x46, i32.eq -1) or succeeded (cmp 0x47, i32.ne -1).
+	growTrapIf := func(n int32, cmp byte) []byte {
+		b := wasmbin.AppendS32([]byte{0xD0, 0x70, 0x41}, n) // ref.null func, i32.const n
+		// table.grow 0; i32.const -1; cmp; if unreachable end
+		return append(b, 0xFC, 0x0F, 0x00, 0x41, 0x7F, cmp, 0x04, 0x40, 0x00, 0x0B)
+	}
+	const failed, succeeded = 0x46, 0x47
+	table := []byte{0x01, 0x70, 0x00, 0x01} // one funcref table, min 1, no max
+	g, err := compileHostile(t, hostileModule{memPages: 1, table: table, body: growTrapIf(1<<24, succeeded)}, &sandbox.Options{MemoryLimit: 1 << 20})
+	require.NoError(t, err)
+	res, err := g.Exec(context.Background(), nil)
+	require.NoError(t, err, "the growth failed (returned -1)")
+	assert.Equal(t, 0, res.ExitCode)
+
+	// A modest growth still works.
+	g, err = compileHostile(t, hostileModule{memPages: 1, table: table, body: growTrapIf(1000, failed)}, nil)
+	require.NoError(t, err)
+	_, err = g.Exec(context.Background(), nil)
+	require.NoError(t, err, "growing by 1000 succeeded")
+
+	// Tables that start too large are refused.
+	for name, tab := range map[string][]byte{
+		"one huge":  wasmbin.AppendU32([]byte{0x01, 0x70, 0x00}, 1<<27),
+		"many big":  append([]byte{0x02, 0x70, 0x00, 0x80, 0x80, 0x30, 0x6F, 0x01}, 0x80, 0x80, 0x30, 0x80, 0x80, 0x30),
+		"bad flags": {0x01, 0x70, 0x02, 0x01},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := compileHostile(t, hostileModule{memPages: 1, table: tab}, nil)
+			require.ErrorIs(t, err, sandbox.ErrInvalidModule)
+		})
+	}
+}
