@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -126,6 +127,58 @@ func TestTableGrowthIsBounded(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := compileHostile(t, hostileModule{memPages: 1, table: tab}, nil)
 			require.ErrorIs(t, err, sandbox.ErrInvalidModule)
+		})
+	}
+}
+
+// pollModule calls poll_oneoff(in, out, n, result) and traps unless it
+// returns the errno want.
+func pollModule(in, out, n, result int32, want byte) []byte {
+	name := "wasi_snapshot_preview1"
+	imp := append(append([]byte{0x01, byte(len(name))}, name...), 11)
+	imp = append(append(imp, "poll_oneoff"...), 0x00, 0x01)
+	var body []byte
+	for _, v := range []int32{in, out, n, result} {
+		body = wasmbin.AppendS32(append(body, 0x41), v)
+	}
+	// call 0; i32.const want; i32.ne; if unreachable end; end
+	body = append(body, 0x10, 0x00, 0x41, want, 0x47, 0x04, 0x40, 0x00, 0x0B, 0x0B)
+	code := append([]byte{0x00}, body...)
+	return (&wasmbin.Module{Sections: []wasmbin.Section{
+		{ID: wasmbin.SectionType, Payload: []byte{0x02, 0x60, 0x00, 0x00, 0x60, 0x04, 0x7F, 0x7F, 0x7F, 0x7F, 0x01, 0x7F}},
+		{ID: wasmbin.SectionImport, Payload: imp},
+		{ID: wasmbin.SectionFunction, Payload: []byte{0x01, 0x00}},
+		{ID: wasmbin.SectionMemory, Payload: []byte{0x01, 0x00, 0x01}},
+		{ID: wasmbin.SectionExport, Payload: append(append([]byte{0x01, 0x06}, "_start"...), 0x00, 0x01)},
+		{ID: wasmbin.SectionCode, Payload: append(wasmbin.AppendU32([]byte{0x01}, uint32(len(code))), code...)},
+	}}).Encode()
+}
+
+// The host's own WASI function, poll_oneoff, given hostile pointers and
+// counts, answers with an errno and never reads or writes outside the
+// guest's memory.
+func TestHostilePollOneoff(t *testing.T) {
+	const fault, inval = 21, 28
+	for name, c := range map[string]struct {
+		in, out, n, result int32
+		want               byte
+	}{
+		"no subscriptions":        {0, 0, 0, 0, inval},
+		"count wraps to 32 bytes": {0, 0, 0x05555556, 0, fault},
+		"count of 2^32-1":         {0, 0, -1, 0, fault},
+		"input past memory":       {65536 - 8, 0, 1, 0, fault},
+		"output past memory":      {0, 65536 - 8, 1, 0, fault},
+		"negative pointer":        {-48, 0, 1, 0, fault},
+		// Memory is zeroed: a subscription to the real-time clock, due now.
+		"result past memory": {0, 1024, 1, 65535, fault},
+		"a valid call":       {0, 1024, 1, 2048, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g, err := sandbox.Compile(context.Background(), pollModule(c.in, c.out, c.n, c.result, c.want), nil)
+			require.NoError(t, err)
+			defer g.Close(context.Background())
+			_, err = g.Exec(context.Background(), &sandbox.Config{Timeout: 5 * time.Second})
+			require.NoError(t, err, "poll_oneoff returned another errno than %d", c.want)
 		})
 	}
 }
