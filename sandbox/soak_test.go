@@ -144,9 +144,11 @@ func TestConcurrentSandboxes(t *testing.T) {
 					return err
 				}
 				for run := range 3 {
-					cfg := &sandbox.Config{Args: []string{"ls", "/work"}}
+					// No deadline: 100 runs at once on a slow machine under
+					// -race can take longer than the default.
+					cfg := &sandbox.Config{Args: []string{"ls", "/work"}, Timeout: -1}
 					if i%10 == 0 && run == 1 { // some runs are stopped meanwhile
-						cfg = &sandbox.Config{Args: []string{"spin"}, Fuel: 20_000_000}
+						cfg = &sandbox.Config{Args: []string{"spin"}, Fuel: 20_000_000, Timeout: -1}
 					}
 					res, err := s.Exec(ctx, cfg)
 					switch {
