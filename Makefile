@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest session-guest tools demo test vet fuzz clean
+.PHONY: all build guest session-guest tools demo test vet fuzz soak race clean
 
 all: build
 
@@ -41,6 +41,23 @@ fuzz:
 	$(GO) test ./wasi/hostcall -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
 	$(GO) test ./wasi -run '^$$' -fuzz FuzzResolve -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 	$(GO) test ./internal/snapshot -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzExportMutableGlobals -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzBounds -fuzztime $(FUZZTIME)
+	$(GO) test ./sandbox -run '^$$' -fuzz FuzzCompile -fuzztime $(FUZZTIME)
+	$(GO) test ./sandbox -run '^$$' -fuzz FuzzParseSize -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzMountFlag -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzEnvFlag -fuzztime $(FUZZTIME)
+
+# 10,000 one-shot runs in one process, goroutines and live heap measured
+# before and after (a few minutes); `go test` runs 200.
+SOAK_RUNS ?= 10000
+soak: guest
+	FUMEHOOD_SOAK_RUNS=$(SOAK_RUNS) $(GO) test ./sandbox -run 'TestSoak' -count=1 -v -timeout 60m
+
+# The concurrency tests, the soak's short form and the hostile suite under
+# the race detector.
+race: guest
+	$(GO) test -race ./sandbox -run 'TestConcurrent|TestSoak|TestHostile|TestHuge|TestTable' -count=1 -short -timeout 30m
 
 clean:
 	rm -rf bin

@@ -145,9 +145,13 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	if !wasmbin.IsWasm(wasm) {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary module", ErrInvalidModule)
 	}
+	bounded, err := boundModule(wasm)
+	if err != nil {
+		return nil, err
+	}
 	// The same preparation as the Python guest's pipeline: the errno shim,
 	// then fuel, which also meters the shim.
-	shimmed, err := errnoshim.Shim(wasm)
+	shimmed, err := errnoshim.Shim(bounded)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}

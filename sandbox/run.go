@@ -267,6 +267,10 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 }
 
 func (g *Guest) checkConfig(c *Config) error {
+	limit := c.MemoryLimit
+	if limit == 0 {
+		limit = g.memoryLimit
+	}
 	switch {
 	case c.MaxOutput < 0:
 		return fmt.Errorf("sandbox: negative MaxOutput %d", c.MaxOutput)
@@ -274,8 +278,10 @@ func (g *Guest) checkConfig(c *Config) error {
 		return fmt.Errorf("sandbox: negative Fuel %d", c.Fuel)
 	case c.MemoryLimit < 0 || c.MemoryLimit > 1<<32:
 		return fmt.Errorf("sandbox: MemoryLimit %d is outside 0 to 4 GiB", c.MemoryLimit)
-	case c.MemoryLimit != 0 && c.MemoryLimit < g.minMemory:
-		return fmt.Errorf("%w: the guest needs %d bytes of memory to start, the limit is %d", ErrMemoryLimit, g.minMemory, c.MemoryLimit)
+	case limit < g.minMemory:
+		// Also with the guest's default limit: the allocator cannot refuse
+		// the first allocation, so such a module must not start at all.
+		return fmt.Errorf("%w: the guest needs %d bytes of memory to start, the limit is %d", ErrMemoryLimit, g.minMemory, limit)
 	}
 	return nil
 }

@@ -1,0 +1,77 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// FuzzCompile checks that Compile, given any bytes, returns a guest or an
+// error matching ErrInvalidModule, never panics, and that a guest it
+// returns runs to one of the documented outcomes under small limits.
+func FuzzCompile(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
+	f.Add(hostileModule{memPages: 1}.wasm())
+	f.Add(hostileModule{memPages: 2, table: []byte{0x01, 0x70, 0x00, 0x01}, body: []byte{0x03, 0x40, 0x0C, 0x00, 0x0B}}.wasm()) // loop br 0
+	f.Add(hostileModule{memPages: 1, body: []byte{0x00}}.wasm())                                                                // unreachable
+	f.Add(hostileModule{memPages: 1, body: []byte{0x41, 0x01, 0x40, 0x00, 0x1A}}.wasm())                                        // memory.grow 1
+	f.Add(pollModule(0, 1024, 1, 2048, 0))
+	cache := f.TempDir()
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, wasm []byte) {
+		g, err := sandbox.Compile(ctx, wasm, &sandbox.Options{CacheDir: cache, MemoryLimit: 4 << 20})
+		if err != nil {
+			if !errors.Is(err, sandbox.ErrInvalidModule) {
+				t.Fatalf("Compile: %v, not ErrInvalidModule", err)
+			}
+			return
+		}
+		defer g.Close(ctx)
+		_, err = g.Exec(ctx, &sandbox.Config{Fuel: 10_000_000, Timeout: 2 * time.Second, MaxOutput: 1024, StopAtOutputLimit: true})
+		var exit *sandbox.ExitError
+		var trap *sandbox.TrapError
+		switch {
+		case err == nil, errors.As(err, &exit), errors.As(err, &trap),
+			errors.Is(err, sandbox.ErrFuelExhausted), errors.Is(err, sandbox.ErrMemoryLimit),
+			errors.Is(err, sandbox.ErrOutputLimit), errors.Is(err, context.DeadlineExceeded):
+		default:
+			t.Fatalf("Exec: %v, not a documented outcome", err)
+		}
+		if err != nil && strings.Contains(err.Error(), "internal error") {
+			t.Fatalf("Exec: %v", err)
+		}
+	})
+}
+
+// FuzzParseSize checks that ParseSize never panics, never returns a
+// negative size, and reads back any size it formats as plain bytes.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"4096", "64K", "256MiB", "1.5GB", "2G", "10MB", "", "-5M", "NaN", "Inf", "1e30G", "0x10", " 1 K", "9223372036854775807", "1e-300KiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := sandbox.ParseSize(s)
+		if err != nil {
+			return
+		}
+		if n < 0 {
+			t.Fatalf("ParseSize(%q) = %d", s, n)
+		}
+		if n < 1<<53 { // exact in a float64
+			back, err := sandbox.ParseSize(strconv.FormatInt(n, 10))
+			if err != nil || back != n {
+				t.Fatalf("ParseSize(%q) = %d, but ParseSize(%d) = %d, %v", s, n, n, back, err)
+			}
+		}
+		if n == math.MaxInt64 {
+			t.Fatalf("ParseSize(%q) saturated", s)
+		}
+	})
+}
