@@ -48,11 +48,11 @@ fuzz:
 	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzMountFlag -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzEnvFlag -fuzztime $(FUZZTIME)
 
-# 10,000 one-shot runs in one process, goroutines and live heap measured
+# 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.
 SOAK_RUNS ?= 10000
 soak: guest
-	FUMEHOOD_SOAK_RUNS=$(SOAK_RUNS) $(GO) test ./sandbox -run 'TestSoak' -count=1 -v -timeout 60m
+	FUMEHOOD_SOAK_RUNS=$(SOAK_RUNS) FUMEHOOD_SOAK_SESSION_RUNS=1000 $(GO) test ./sandbox -run 'TestSoak' -count=1 -v -timeout 60m
 
 # The concurrency tests, the soak's short form and the hostile suite under
 # the race detector.

@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -114,11 +116,78 @@ func TestSoakOneShot(t *testing.T) {
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
-// TestSoakSessions is the place for 1,000 session runs (pause, resume,
-// fork) in one process, measured like TestSoakOneShot. Sessions are not on
-// this branch yet.
+// TestSoakSessions runs one session through many runs in one process,
+// through every way a session run ends (success, exception, SystemExit, a
+// fuel stop and its rollback) with a fork and a snapshot/resume now and
+// then, and checks that goroutines and the live heap do not grow.
+// `make soak` runs 1,000.
 func TestSoakSessions(t *testing.T) {
-	t.Skip("TODO(issue 9): sessions are not here yet; soak 1,000 session runs (pause, resume, fork) like TestSoakOneShot once they are")
+	g := testenv.PythonSessions(t)
+	ctx := context.Background()
+	runs := 200
+	if v := os.Getenv("FUMEHOOD_SOAK_SESSION_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "FUMEHOOD_SOAK_SESSION_RUNS")
+		runs = n
+	}
+	s, err := g.NewSession(ctx, nil)
+	require.NoError(t, err)
+	defer func() { s.Close() }()
+	_, err = s.Run(ctx, "n = 0\nlog = []", nil)
+	require.NoError(t, err)
+	want := 0
+	oneRun := func(i int) {
+		switch i % 10 {
+		case 0, 1, 2, 3, 4:
+			res, err := s.Run(ctx, "n += 1\nlog.append(n)\nlog = log[-100:]\nn", nil)
+			require.NoError(t, err)
+			want++
+			require.Equal(t, strconv.Itoa(want), res.Value)
+		case 5:
+			_, err := s.Run(ctx, "raise ValueError(n)", nil)
+			var exc *sandbox.Exception
+			require.ErrorAs(t, err, &exc)
+		case 6:
+			_, err := s.Run(ctx, "import sys\nsys.exit(2)", nil)
+			var exit *sandbox.ExitError
+			require.ErrorAs(t, err, &exit)
+		case 7:
+			_, err := s.Run(ctx, "n = -1\nwhile True: pass", &sandbox.Config{Fuel: 20_000_000})
+			require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+		case 8:
+			f, err := s.Fork(ctx)
+			require.NoError(t, err)
+			res, err := f.Run(ctx, "n", nil)
+			require.NoError(t, err)
+			require.Equal(t, strconv.Itoa(want), res.Value)
+			f.Close()
+		case 9:
+			if i%50 != 9 {
+				return
+			}
+			var buf bytes.Buffer
+			require.NoError(t, s.Snapshot(&buf))
+			r, err := g.ResumeSession(ctx, &buf, nil)
+			require.NoError(t, err)
+			s.Close()
+			s = r
+		}
+	}
+	for i := range 50 {
+		oneRun(i)
+	}
+	before := measure()
+	start := time.Now()
+	for i := range runs {
+		oneRun(i)
+	}
+	elapsed := time.Since(start)
+	after := measure()
+	t.Logf("%d session runs in %v (%v a run): goroutines %d -> %d, live heap %.1f -> %.1f MiB",
+		runs, elapsed.Round(time.Millisecond), (elapsed / time.Duration(runs)).Round(time.Microsecond),
+		before.goroutines, after.goroutines, mib(before.heap), mib(after.heap))
+	assert.LessOrEqual(t, after.goroutines, before.goroutines)
+	assert.LessOrEqual(t, after.heap, before.heap+soakNoise)
 }
 
 // TestConcurrentSandboxes runs 100 sandboxes at once on one Guest, each
