@@ -87,10 +87,11 @@ type Guest struct {
 	memoryLimit int64 // default per-run bound
 	minMemory   int64 // the memory the guest declares it needs to start
 	closed      atomic.Bool
-	sessions    bool       // the session build: NewSession works
-	globals     []string   // the exported mutable globals but fuel
-	bases       baseImages // session base images, by mount layout
-	cacheDir    string     // where base images are kept between processes
+	sessions    bool                     // the session build: NewSession works
+	globals     []string                 // the exported mutable globals but fuel
+	bases       baseImages               // session base images, by mount layout
+	cacheDir    string                   // where base images are kept between processes
+	prefetched  atomic.Pointer[prefetch] // the default layout's base image, being read
 
 	closeOnce sync.Once
 	closeErr  error
@@ -118,6 +119,12 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	if err != nil {
 		return nil, err
 	}
+	var pre *prefetch
+	if opts.Sessions {
+		if dir, err := python.CacheDir(opts.CacheDir); err == nil {
+			pre = startPrefetch(baseFileName(dir, build.SHA256, defaultLayout))
+		}
+	}
 	// The prepared guest is fuel-instrumented by the pipeline (python.Steps).
 	g, err := compile(ctx, wasm, opts)
 	if err != nil {
@@ -131,6 +138,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 			return nil, err
 		}
 		g.sessions = true
+		g.prefetched.Store(pre)
 	}
 	return g, nil
 }

@@ -239,14 +239,53 @@ func (g *Guest) base(ctx context.Context, layout []snapshot.Mount) (*baseImage, 
 // baseFile names the cache file of a layout's base image: it depends on
 // the guest build, the driver and the layout.
 func (g *Guest) baseFile(layout []snapshot.Mount) string {
-	if g.cacheDir == "" {
+	return baseFileName(g.cacheDir, g.id, layout)
+}
+
+func baseFileName(cacheDir, guest string, layout []snapshot.Mount) string {
+	if cacheDir == "" {
 		return ""
 	}
 	h := sha256.New()
-	h.Write([]byte(g.id))
+	h.Write([]byte(guest))
 	h.Write([]byte(driverSource))
 	h.Write([]byte(layoutKey(layout)))
-	return filepath.Join(g.cacheDir, "sessions", hex.EncodeToString(h.Sum(nil))[:32]+".base")
+	return filepath.Join(cacheDir, "sessions", hex.EncodeToString(h.Sum(nil))[:32]+".base")
+}
+
+// defaultLayout is the mount layout of a session with no mounts.
+var defaultLayout = []snapshot.Mount{{Path: "/", InMemory: true}, {Path: ControlPath}}
+
+// prefetch reads and decodes a cached base image on its own goroutine, so
+// that a process which compiles the guest and resumes a session (the
+// command line) does both at once.
+type prefetch struct {
+	file string
+	done chan struct{}
+	snap *snapshot.Snapshot
+	err  error
+}
+
+func startPrefetch(file string) *prefetch {
+	p := &prefetch{file: file, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.snap, p.err = readBase(file)
+	}()
+	return p
+}
+
+// readBase reads and decodes a cached base image.
+func readBase(file string) (*snapshot.Snapshot, error) {
+	if file == "" {
+		return nil, os.ErrNotExist
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return snapshot.Decode(bufio.NewReader(f), snapshot.Limits{MaxSize: 1 << 32, MaxMemory: 1 << 32})
 }
 
 // saveBase writes a base image in the snapshot format: its non-zero pages.
@@ -288,15 +327,15 @@ func (g *Guest) saveBase(file string, b *baseImage, layout []snapshot.Mount) err
 
 // loadBase reads a cached base image and checks it against its digest.
 func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mount) (*baseImage, error) {
-	if file == "" {
-		return nil, os.ErrNotExist
+	var snap *snapshot.Snapshot
+	var err error
+	if p := g.prefetched.Load(); p != nil && p.file == file && g.prefetched.CompareAndSwap(p, nil) {
+		// Used once: the image is kept in g.bases from now on.
+		<-p.done
+		snap, err = p.snap, p.err
+	} else {
+		snap, err = readBase(file)
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	snap, err := snapshot.Decode(bufio.NewReader(f), snapshot.Limits{MaxSize: 1 << 32, MaxMemory: 1 << 32})
 	if err != nil {
 		return nil, err
 	}

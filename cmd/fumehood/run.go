@@ -149,17 +149,17 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.Config, error) {
 // set), installing it first unless --offline.
 func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (*sandbox.Guest, error) {
 	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions}
-	load, what := python.Load, "the Python guest is"
+	py, err := sandbox.CompilePython(ctx, opts)
+	if !errors.Is(err, python.ErrGuestNotInstalled) || *c.offline {
+		return py, err
+	}
+	what := "the Python guest is"
 	if sessions {
-		load, what = python.LoadSession, "the session build of the Python guest is"
+		what = "the session build of the Python guest is"
 	}
-	if !*c.offline {
-		if _, _, err := load(ctx, &python.Options{CacheDir: *c.cacheDir}); errors.Is(err, python.ErrGuestNotInstalled) {
-			fmt.Fprintf(stderr, "fumehood: %s not installed; installing it now (use --offline to prevent this)\n", what)
-			opts.Install = true
-			opts.Progress = newProgress(stderr).report
-		}
-	}
+	fmt.Fprintf(stderr, "fumehood: %s not installed; installing it now (use --offline to prevent this)\n", what)
+	opts.Install = true
+	opts.Progress = newProgress(stderr).report
 	return sandbox.CompilePython(ctx, opts)
 }
 
