@@ -4,31 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
-
-// python compiles the guest once per test binary.
-var python = func() func(t *testing.T) *sandbox.Guest {
-	compile := sync.OnceValues(func() (*sandbox.Guest, error) {
-		return sandbox.CompilePython(context.Background(), nil)
-	})
-	return func(t *testing.T) *sandbox.Guest {
-		py, err := compile()
-		require.NoError(t, err, "the Python guest is needed; `make test` installs it")
-		return py
-	}
-}()
 
 // TestGoodSlugify is what a test of generated code looks like: one subtest
 // per case, each failing with what the function returned.
 func TestGoodSlugify(t *testing.T) {
-	outs, err := check(context.Background(), python(t), goodSlugify, "slugify", slugifyCases)
+	outs, err := check(context.Background(), testenv.Python(t), goodSlugify, "slugify", slugifyCases)
 	require.NoError(t, err)
 	for i, c := range slugifyCases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -40,7 +28,7 @@ func TestGoodSlugify(t *testing.T) {
 }
 
 func TestNaiveSlugifyIsCaught(t *testing.T) {
-	outs, err := check(context.Background(), python(t), naiveSlugify, "slugify", slugifyCases)
+	outs, err := check(context.Background(), testenv.Python(t), naiveSlugify, "slugify", slugifyCases)
 	require.NoError(t, err)
 	var failed []string
 	for i, c := range slugifyCases {
@@ -67,9 +55,9 @@ def probe():
     return [network, os.path.exists("/etc/passwd"), time.time(), random.random()]
 `
 	cases := []Case{{Name: "probe", Args: []any{}}}
-	first, err := check(context.Background(), python(t), probe, "probe", cases)
+	first, err := check(context.Background(), testenv.Python(t), probe, "probe", cases)
 	require.NoError(t, err)
-	second, err := check(context.Background(), python(t), probe, "probe", cases)
+	second, err := check(context.Background(), testenv.Python(t), probe, "probe", cases)
 	require.NoError(t, err)
 
 	var got []any
@@ -93,7 +81,7 @@ func TestUncheckableCode(t *testing.T) {
 		"import-time bug": {source: "import nonexistent\ndef slugify(t): return t", text: "ModuleNotFoundError"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := check(context.Background(), python(t), tc.source, "slugify", slugifyCases)
+			_, err := check(context.Background(), testenv.Python(t), tc.source, "slugify", slugifyCases)
 			require.Error(t, err)
 			if tc.want != nil {
 				assert.ErrorIs(t, err, tc.want)

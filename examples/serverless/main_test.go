@@ -12,20 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/internal/testenv"
 )
-
-// python compiles the guest once for all the tests, as a server would.
-var python = func() func(t *testing.T) *sandbox.Guest {
-	compile := sync.OnceValues(func() (*sandbox.Guest, error) {
-		return sandbox.CompilePython(context.Background(), nil)
-	})
-	return func(t *testing.T) *sandbox.Guest {
-		py, err := compile()
-		require.NoError(t, err, "the Python guest is needed; `make test` installs it")
-		return py
-	}
-}()
 
 func TestServerless(t *testing.T) {
 	var out bytes.Buffer
@@ -43,7 +31,7 @@ while True: pass
 // limit, and checks that each gets its own answer.
 func TestConcurrentRequests(t *testing.T) {
 	ctx := context.Background()
-	srv := httptest.NewServer(newMux(python(t), defaultLimits))
+	srv := httptest.NewServer(newMux(testenv.Python(t), defaultLimits))
 	defer srv.Close()
 
 	cases := []struct {
@@ -88,7 +76,7 @@ func TestConcurrentRequests(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	srv := httptest.NewServer(newMux(python(t), defaultLimits))
+	srv := httptest.NewServer(newMux(testenv.Python(t), defaultLimits))
 	defer srv.Close()
 
 	for name, body := range map[string]string{
