@@ -100,8 +100,11 @@ func run(ctx context.Context, w io.Writer) error {
 	defer sb.Close()
 
 	res, err := sb.Run(ctx, program, &sandbox.Config{Timeout: 10 * time.Second})
+	if err != nil && res != nil {
+		err = fmt.Errorf("%w\n%s", err, res.Stderr) // res is nil if the run never started
+	}
 	if err != nil {
-		return fmt.Errorf("%w\n%s", err, res.Stderr)
+		return err
 	}
 	fmt.Fprintf(w, "%s", res.Stdout)
 	fmt.Fprintf(w, "(%d host calls)\n", res.HostCalls)

@@ -108,8 +108,11 @@ func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []
 	cfg.Args = []string{name}
 	cfg.Stdin = strings.NewReader(string(input))
 	res, err := sb.Run(ctx, harness, &cfg)
+	if err != nil && res != nil {
+		err = fmt.Errorf("%w\n%s", err, res.Stderr) // res is nil if the run never started
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, res.Stderr)
+		return nil, err
 	}
 	data, err := sb.ReadFile("/work/outcomes.json")
 	if err != nil {

@@ -86,8 +86,11 @@ func run(ctx context.Context, w io.Writer, dir string) error {
 		}
 		defer sb.Close()
 		res, err := sb.Run(ctx, code, nil)
+		if err != nil && res != nil {
+			err = fmt.Errorf("%w\n%s", err, res.Stderr) // res is nil if the run never started
+		}
 		if err != nil {
-			return fmt.Errorf("%w\n%s", err, res.Stderr)
+			return err
 		}
 		fmt.Fprintf(w, "%s", res.Stdout)
 		return nil
