@@ -12,13 +12,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/fumehood/fumehood/sandbox"
@@ -106,7 +106,7 @@ func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []
 	}
 	cfg := limits
 	cfg.Args = []string{name}
-	cfg.Stdin = strings.NewReader(string(input))
+	cfg.Stdin = bytes.NewReader(input)
 	res, err := sb.Run(ctx, harness, &cfg)
 	if err != nil && res != nil {
 		err = fmt.Errorf("%w\n%s", err, res.Stderr) // res is nil if the run never started
