@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAgentLoop(t *testing.T) {
+	if _, err := exec.LookPath("wasm-opt"); err != nil {
+		t.Skip("Binaryen's wasm-opt is not installed: no session build")
+	}
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), &out))
+	transcript := out.String()
+	assert.Equal(t, 3, strings.Count(transcript, "model, attempt "), transcript)
+	assert.Contains(t, transcript, "sandbox: TypeError: unsupported operand type(s) for +: 'int' and 'str'\n")
+	assert.Contains(t, transcript, "sandbox: KeyError: 'Amount'\n")
+	assert.True(t, strings.HasSuffix(transcript, "sandbox: ok\n    ada spent 43.75\nanswer: 'ada'\n"), transcript)
+}
+
+func TestModelGivesUp(t *testing.T) {
+	m := &model{}
+	_, err := m.next("")
+	require.NoError(t, err)
+	_, err = m.next("NameError: name 'orders' is not defined")
+	assert.ErrorContains(t, err, "no answer to")
+}

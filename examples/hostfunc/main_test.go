@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+func TestHostFunc(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), &out))
+	assert.Equal(t, `apple x3: 135 EUR cents
+fig x2: 240 EUR cents
+durian: refused (error): unknown SKU "durian"
+pear: refused (error): quantity must be positive, not 0
+total: 375
+ill-typed: arguments
+not exposed: unknown
+(6 host calls)
+`, out.String())
+}
+
+// TestUncaughtCallError: an error from Go that the code does not catch
+// ends the run like any Python exception.
+func TestUncaughtCallError(t *testing.T) {
+	sb, err := newSandbox(testenv.Python(t))
+	require.NoError(t, err)
+	defer sb.Close()
+	res, err := sb.Run(context.Background(), `import fumehood; fumehood.call("price", sku="kiwi", quantity=1)`, nil)
+	var exit *sandbox.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 1, exit.Code)
+	assert.Contains(t, string(res.Stderr), "fumehood.CallError: unknown SKU \"kiwi\"\n")
+	assert.Equal(t, 1, res.HostCalls)
+}
+
+func TestNoHostCallsNoModule(t *testing.T) {
+	res, err := testenv.Python(t).Run(context.Background(), "import fumehood", nil)
+	require.Error(t, err)
+	assert.Contains(t, string(res.Stderr), "ModuleNotFoundError: No module named 'fumehood'")
+}
