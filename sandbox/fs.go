@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -50,6 +51,16 @@ type Mount struct {
 	Quota wasi.Quota
 }
 
+// Volume returns a directory of the host for persistent storage, creating
+// it (and its parents) if it is missing: HostDir for a directory that may
+// not exist yet. Give its Mount a Quota, such as DefaultVolumeQuota.
+func Volume(dir string) (afero.Fs, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox: volume: %w", err)
+	}
+	return HostDir(dir), nil
+}
+
 // HostDir returns a directory of the host as an afero.Fs, for a Mount.
 // Symbolic links in it are resolved inside it, never to the rest of the host.
 func HostDir(dir string) afero.Fs { return afero.NewBasePathFs(afero.NewOsFs(), dir) }
@@ -73,7 +84,7 @@ type SandboxConfig struct {
 	// network at all, and an empty Policy refuses every request.
 	Network *netpolicy.Policy
 	// Logger receives a record of every host call and HTTP request; nil
-	// means slog.Default().
+	// drops them (pass slog.Default() to see them).
 	Logger *slog.Logger
 }
 

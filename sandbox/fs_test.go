@@ -267,3 +267,20 @@ func TestSandboxConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestVolumeCreatesItsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	vol, err := sandbox.Volume(dir)
+	require.NoError(t, err)
+	s, err := testenv.Python(t).NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Run(context.Background(), "open('/data/kept', 'w').write('yes')", nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	data, err := os.ReadFile(filepath.Join(dir, "kept"))
+	require.NoError(t, err)
+	assert.Equal(t, "yes", string(data))
+
+	_, err = sandbox.Volume(filepath.Join(dir, "kept", "below-a-file"))
+	assert.Error(t, err)
+}

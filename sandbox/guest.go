@@ -45,8 +45,8 @@ var ErrInvalidModule = errors.New("sandbox: invalid guest module")
 // ErrNotPython reports a call that needs the Python guest on another guest.
 var ErrNotPython = errors.New("sandbox: not the Python guest")
 
-// ErrClosed reports use of a closed Guest.
-var ErrClosed = errors.New("sandbox: guest is closed")
+// ErrClosed reports use of a closed Guest or Sandbox.
+var ErrClosed = errors.New("sandbox: closed")
 
 // DefaultMemoryLimit is the most linear memory a run may have unless its
 // Config or the guest's Options say otherwise.

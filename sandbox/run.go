@@ -146,8 +146,13 @@ func (e *TrapError) Unwrap() error { return e.Err }
 // (an in-memory root holding /tmp and /work; see NewSandbox for more), and
 // waits for it to finish. It needs the Python guest.
 //
+// The Result is nil only when the run did not start (an invalid Config, a
+// closed guest, a context already done); otherwise it holds the output,
+// even when the error is not nil.
+//
 // A Python exception is not a Go error of its own: the traceback is on
-// Result.Stderr and the error is an *ExitError with Code 1. A run stopped
+// Result.Stderr and the error is an *ExitError with Code 1 (sessions report
+// it as an *Exception, see Session.Run). A run stopped
 // by a limit returns an error matching ErrFuelExhausted, ErrMemoryLimit,
 // ErrOutputLimit, context.DeadlineExceeded or context.Canceled.
 func (g *Guest) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {

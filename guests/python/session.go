@@ -2,8 +2,12 @@ package python
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 
 	"github.com/fumehood/fumehood/internal/asyncify"
 	"github.com/fumehood/fumehood/internal/pipeline"
@@ -77,9 +81,13 @@ func exportGlobals(_ context.Context, in []byte) ([]byte, error) {
 
 // LoadSession returns the session build of the guest and its description,
 // or an error matching ErrSessionNotInstalled (and so ErrGuestNotInstalled)
-// when it is not in the cache. Because the cache key holds wasm-opt's
-// version, it needs wasm-opt too: without it the error also matches
-// asyncify.ErrNoWasmOpt.
+// when it is not in the cache.
+//
+// It loads the session build last prepared for the current one-shot steps,
+// which it records, without running wasm-opt: a machine that only runs
+// sessions needs no Binaryen once the cache is filled. With no record, it
+// looks the build up by the steps of the wasm-opt installed, and without
+// wasm-opt the error also matches asyncify.ErrNoWasmOpt.
 func LoadSession(ctx context.Context, opts *Options) ([]byte, Build, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -88,11 +96,63 @@ func LoadSession(ctx context.Context, opts *Options) ([]byte, Build, error) {
 	if err != nil {
 		return nil, Build{}, err
 	}
+	if b, build, err := loadRecorded(store); err == nil {
+		return b, build, nil
+	}
 	steps, err := SessionSteps(ctx)
 	if err != nil {
 		return nil, Build{}, fmt.Errorf("python: %w: %w", ErrSessionNotInstalled, err)
 	}
-	return loadSteps(store, steps, ErrSessionNotInstalled, SessionInstallCommand)
+	b, build, err := loadSteps(store, steps, ErrSessionNotInstalled, SessionInstallCommand)
+	if err == nil {
+		record(store, build)
+	}
+	return b, build, err
+}
+
+// recordFile names the record of the session build last prepared.
+func recordFile(store *pipeline.Store) string {
+	return filepath.Join(store.Dir(), "session-build.json")
+}
+
+// record remembers build as the session build of the current steps. A
+// failure costs only a wasm-opt run at the next load.
+func record(store *pipeline.Store, build Build) {
+	data, err := json.Marshal(build)
+	if err != nil {
+		return
+	}
+	tmp := recordFile(store) + ".tmp-" + strconv.Itoa(os.Getpid())
+	if os.WriteFile(tmp, data, 0o644) == nil {
+		os.Rename(tmp, recordFile(store))
+	}
+}
+
+// loadRecorded loads the recorded session build if it follows the current
+// one-shot steps and its blob is intact.
+func loadRecorded(store *pipeline.Store) ([]byte, Build, error) {
+	data, err := os.ReadFile(recordFile(store))
+	if err != nil {
+		return nil, Build{}, err
+	}
+	var build Build
+	if err := json.Unmarshal(data, &build); err != nil {
+		return nil, Build{}, err
+	}
+	if build.SourceSHA256 != source.sha256 || len(build.Steps) != len(Steps)+2 {
+		return nil, Build{}, errors.New("python: recorded session build is of another guest")
+	}
+	for i, s := range Steps {
+		if build.Steps[i] != s.ID() {
+			return nil, Build{}, errors.New("python: recorded session build follows other steps")
+		}
+	}
+	b, err := store.Get(build.SHA256) // re-hashed: a damaged blob is refused
+	if err != nil {
+		return nil, Build{}, err
+	}
+	build.Path, build.Size = store.BlobPath(build.SHA256), int64(len(b))
+	return b, build, nil
 }
 
 // InstallSession installs the guest as Install does, then prepares and
@@ -119,7 +179,10 @@ func InstallSession(ctx context.Context, opts *Options) (Build, error) {
 	if err != nil {
 		return Build{}, err
 	}
-	_, build, err := LoadSession(ctx, opts)
+	_, build, err := loadSteps(store, steps, ErrSessionNotInstalled, SessionInstallCommand)
+	if err == nil {
+		record(store, build)
+	}
 	return build, err
 }
 

@@ -118,6 +118,19 @@ func TestInstallSessionFake(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, build, again)
 	assert.Empty(t, stages)
+
+	// Once prepared, loading needs no wasm-opt: the build is recorded.
+	t.Setenv("PATH", t.TempDir())
+	_, again, err = LoadSession(ctx, &Options{CacheDir: cache})
+	require.NoError(t, err)
+	assert.Equal(t, build, again)
+	// A record that does not follow the current steps is not used.
+	rec := filepath.Join(cache, "guests", "session-build.json")
+	data, err := os.ReadFile(rec)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(rec, bytes.Replace(data, []byte(Steps[0].ID()), []byte("other@9"), 1), 0o644))
+	_, _, err = LoadSession(ctx, &Options{CacheDir: cache})
+	assert.ErrorIs(t, err, ErrSessionNotInstalled)
 }
 
 // driver reads frames "<length>\n<code>" from fd 0 and runs each in one

@@ -70,7 +70,7 @@ type Stats struct {
 
 // NewServer makes a server for the functions of cfg (nil: none) and the
 // network policy (nil: no network). Every call and request is logged to
-// logger (nil: slog.Default()).
+// logger (nil: records are dropped).
 func NewServer(cfg *Config, network *netpolicy.Policy, logger *slog.Logger) (*Server, error) {
 	var c Config
 	if cfg != nil {
@@ -100,7 +100,7 @@ func NewServer(cfg *Config, network *netpolicy.Policy, logger *slog.Logger) (*Se
 		s.transport = t
 	}
 	if s.log == nil {
-		s.log = slog.Default()
+		s.log = slog.New(slog.DiscardHandler)
 	}
 	return s, nil
 }
