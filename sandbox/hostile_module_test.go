@@ -182,3 +182,21 @@ func TestHostilePollOneoff(t *testing.T) {
 		})
 	}
 }
+
+// A module's code may name only its own globals. Code naming the index the
+// rewriters give their own globals (fuel, errno) is invalid as written, and
+// must stay invalid: if it were let through, `global.set` on the fuel
+// global would refill the budget and defeat the watchdog's poison, so
+// neither fuel nor the deadline could stop the loop below.
+func TestCodeCannotReachTheMeteringGlobals(t *testing.T) {
+	for _, idx := range []byte{0, 1, 2} {
+		// loop: i64.const 2^40; global.set idx; br 0
+		body := []byte{0x03, 0x40, 0x42, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0x24, idx, 0x0C, 0x00, 0x0B}
+		_, err := compileHostile(t, hostileModule{memPages: 1, body: body}, nil)
+		require.Error(t, err, "global %d", idx)
+		assert.ErrorIs(t, err, sandbox.ErrInvalidModule, "global %d", idx)
+		// global.get is refused too.
+		_, err = compileHostile(t, hostileModule{memPages: 1, body: []byte{0x23, idx, 0x1A}}, nil)
+		assert.ErrorIs(t, err, sandbox.ErrInvalidModule, "global.get %d", idx)
+	}
+}

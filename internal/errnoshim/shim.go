@@ -617,6 +617,11 @@ func (s *shimmer) function(body []byte) (bool, error) {
 			return false, fmt.Errorf("offset %d: %w", pos, err)
 		}
 		switch ins.Op {
+		case wasmbin.OpGlobalGet, wasmbin.OpGlobalSet:
+			// Invalid as written, and valid once $errno exists: refuse.
+			if ins.Index >= s.errnoGl {
+				return false, fmt.Errorf("%w: offset %d: global %d is not defined", wasmbin.ErrMalformed, pos, ins.Index)
+			}
 		case wasmbin.OpCall, wasmbin.OpReturnCall, wasmbin.OpRefFunc:
 			if t := s.target(ins.Index); t != ins.Index {
 				if !changed {

@@ -266,6 +266,8 @@ func TestShimErrors(t *testing.T) {
 			section(wasmbin.SectionFunction, vec(u32(0))), section(wasmbin.SectionCode, vec(cat(u32(3), []byte{0, 0xFF, opEnd})))),
 		"body without end": module(section(wasmbin.SectionType, vec(functype(nil, []byte{i32}))), section(wasmbin.SectionImport, vec(importFunc(ImportModule, "x", 0))),
 			section(wasmbin.SectionFunction, vec(u32(0))), section(wasmbin.SectionCode, vec(cat(u32(3), []byte{0}, call(0))))),
+		"code names the errno global": module(section(wasmbin.SectionType, vec(functype(nil, []byte{i32}))), section(wasmbin.SectionImport, vec(importFunc(ImportModule, "fd_write", 0))),
+			section(wasmbin.SectionFunction, vec(u32(0))), section(wasmbin.SectionCode, vec(cat(u32(4), []byte{0}, globalGet(0), []byte{opEnd})))),
 		"trailing import bytes": module(section(wasmbin.SectionType, vec(functype(nil, []byte{i32}))), section(wasmbin.SectionImport, cat(vec(importFunc(ImportModule, "x", 0)), []byte{0}))),
 	} {
 		t.Run(name, func(t *testing.T) {

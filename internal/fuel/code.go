@@ -196,6 +196,13 @@ func (in *instrumenter) scan(expr []byte) error {
 		}
 		next := pos + ins.Len
 		switch ins.Op {
+		case wasmbin.OpGlobalGet, wasmbin.OpGlobalSet:
+			// Invalid as written, but valid once the fuel global exists:
+			// code that could refill its own fuel is refused.
+			if ins.Index >= in.fuelGlobal {
+				return fmt.Errorf("%w: offset %d: global %d is not defined", wasmbin.ErrMalformed, pos, ins.Index)
+			}
+			ev[region].val++
 		case wasmbin.OpNop, wasmbin.OpDrop:
 		case wasmbin.OpBlock, wasmbin.OpLoop, wasmbin.OpTry, wasmbin.OpTryTable:
 			f := frame{kind: frBlock, open: region, openExit: ev[region].exit || dead, exact: true}

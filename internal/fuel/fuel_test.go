@@ -540,6 +540,10 @@ func TestMalformed(t *testing.T) {
 		"code section trailing":    module(typ, fns, section(wasmbin.SectionCode, append(vec(fn(nil)), 0))),
 		"function index overflow":  module(typ, fns, codeOf(cat([]byte{0}, call(0xFFFFFFFF), []byte{end}))),
 		"bad section structure":    append(module(), 1, 5, 0),
+		// Invalid as written, valid once the fuel global is added: code
+		// that could refill its own fuel.
+		"code names the fuel global": module(typ, fns, codeOf([]byte{0, 0x42, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0x24, 0, end})),
+		"code reads the fuel global": module(typ, fns, codeOf([]byte{0, 0x23, 3, 0x1A, end})),
 	}
 	for name, wasm := range cases {
 		t.Run(name, func(t *testing.T) {

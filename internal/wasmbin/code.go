@@ -9,7 +9,8 @@ import "fmt"
 type Opcode uint32
 
 // Opcodes that passes over function bodies need by name: structured control,
-// and the instructions whose first immediate is a function index.
+// the instructions whose first immediate is a function index, and global
+// access (the rewriters' own globals must stay out of the module's reach).
 const (
 	OpUnreachable Opcode = 0x00
 	OpNop         Opcode = 0x01
@@ -26,6 +27,8 @@ const (
 	OpCatchAll    Opcode = 0x19 // legacy exception handling
 	OpDrop        Opcode = 0x1A
 	OpTryTable    Opcode = 0x1F
+	OpGlobalGet   Opcode = 0x23
+	OpGlobalSet   Opcode = 0x24
 	OpRefFunc     Opcode = 0xD2
 )
 
