@@ -641,6 +641,12 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		stdout.stop, stderr.stop = r.stop, r.stop
 	}
 
+	if s.inst == nil {
+		// Hibernating: bring the interpreter back from the checkpoint.
+		if err := s.instantiate(ctx); err != nil {
+			return nil, err
+		}
+	}
 	in := s.inst
 	var nonce [8]byte
 	rand.Read(nonce[:])
@@ -801,6 +807,27 @@ func (s *Session) openFiles() int {
 		n += all - min(root, 1)
 	}
 	return n
+}
+
+// Hibernate releases the session's interpreter while it is idle: only the
+// pages that differ from the base image (and the in-memory files) stay in
+// memory, a fraction of a live session's. The next Run, Fork or Snapshot
+// works as before; Run first brings the interpreter back, in about as long
+// as NewSession takes. Servers holding many idle sessions hibernate them.
+//
+// It fails with ErrOpenFiles when the guest holds files open.
+func (s *Session) Hibernate() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.closedErr()
+	}
+	if err := s.checkNoOpenFiles(); err != nil {
+		return err
+	}
+	s.inst.close()
+	s.inst = nil
+	return nil
 }
 
 // FuelUsed returns the fuel used by all the session's runs.

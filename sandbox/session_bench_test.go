@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,8 +106,16 @@ func rss(b *testing.B) int64 {
 	return pages * int64(os.Getpagesize())
 }
 
-// BenchmarkIdleSessions measures the resident memory 100 idle sessions
-// (each after one run) add to the process:
+// heap returns the live Go heap after a collection.
+func heap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// BenchmarkIdleSessions measures the resident memory 1, 10 and 100 idle
+// sessions (each after one run) add to the process, live and hibernated:
 //
 //	go test ./sandbox -run '^$' -bench IdleSessions -benchtime 1x
 func BenchmarkIdleSessions(b *testing.B) {
@@ -117,7 +126,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 		require.NoError(b, err)
 		warm.Close()
 		runtime.GC()
-		before := rss(b)
+		before, heapBefore := rss(b), heap()
 		var all []*sandbox.Session
 		for _, count := range []int{1, 10, 100} {
 			for len(all) < count {
@@ -130,6 +139,13 @@ func BenchmarkIdleSessions(b *testing.B) {
 			runtime.GC()
 			b.ReportMetric(float64(rss(b)-before)/float64(count)/1e6, "MB/session@"+strconv.Itoa(count))
 		}
+		for _, s := range all {
+			require.NoError(b, s.Hibernate())
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+		b.ReportMetric(float64(rss(b)-before)/float64(len(all))/1e6, "MB/hibernated@100")
+		b.ReportMetric(float64(heap()-heapBefore)/float64(len(all))/1e6, "heap-MB/hibernated@100")
 		for _, s := range all {
 			s.Close()
 		}

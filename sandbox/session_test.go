@@ -351,3 +351,24 @@ func TestSessionManyRuns(t *testing.T) {
 	assert.Equal(t, "100", run(t, s, "n").Value)
 	assert.Equal(t, int64(102), s.Runs())
 }
+
+func TestSessionHibernate(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "import json\nx = [1, 2, 3]\nopen('/work/f', 'w').write('kept')")
+	require.NoError(t, s.Hibernate())
+	require.NoError(t, s.Hibernate(), "twice is fine")
+	assert.Equal(t, "([1, 2, 3], 'kept', '[1]')", run(t, s, "x, open('/work/f').read(), json.dumps([1])").Value)
+	require.NoError(t, s.Hibernate())
+	f, err := s.Fork(context.Background())
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, "[1, 2, 3]", run(t, f, "x").Value)
+	require.NoError(t, s.Snapshot(&bytes.Buffer{}))
+
+	run(t, s, "held = open('/work/f')")
+	assert.ErrorIs(t, s.Hibernate(), sandbox.ErrOpenFiles)
+	run(t, s, "held.close()")
+	require.NoError(t, s.Hibernate())
+	require.NoError(t, s.Close())
+	assert.ErrorIs(t, s.Hibernate(), sandbox.ErrSessionClosed)
+}
