@@ -390,6 +390,11 @@ func (s *Server) sessionRun(ctx context.Context, _ *mcp.CallToolRequest, in Sess
 	res, err := ss.s.Run(ctx, in.Code, s.config(in.Limits))
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		s.drop(in.SessionID)
+	} else {
+		// A model takes seconds between calls: idle, a session needs only
+		// its changed pages (0.5 MB, not 15). With files held open it
+		// stays awake (ErrOpenFiles), which is fine.
+		_ = ss.s.Hibernate()
 	}
 	return result(res, err)
 }
