@@ -283,7 +283,7 @@ func TestSessionResumeRejects(t *testing.T) {
 		_, err := g.ResumeSession(context.Background(), bytes.NewReader(data), nil)
 		require.Error(t, err, name)
 		assert.ErrorIs(t, err, want, name)
-		for _, other := range []error{sandbox.ErrSnapshotFormat, sandbox.ErrSnapshotVersion, sandbox.ErrSnapshotCorrupt, sandbox.ErrSnapshotGuest, sandbox.ErrSnapshotLayout} {
+		for _, other := range []error{sandbox.ErrSnapshotFormat, sandbox.ErrSnapshotVersion, sandbox.ErrSnapshotCorrupt, sandbox.ErrSnapshotTooLarge, sandbox.ErrSnapshotGuest, sandbox.ErrSnapshotLayout} {
 			if other != want {
 				assert.False(t, errors.Is(err, other), "%s: %v also matches %v", name, err, other)
 			}
@@ -316,6 +316,11 @@ func TestSessionResumeRejects(t *testing.T) {
 
 	_, err := testenv.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
 	assert.ErrorIs(t, err, sandbox.ErrNoSessions)
+
+	// A valid snapshot that needs more than this session allows.
+	_, err = g.ResumeSession(context.Background(), bytes.NewReader(snap), &sandbox.SessionConfig{MemoryLimit: 4 << 20})
+	assert.ErrorIs(t, err, sandbox.ErrSnapshotTooLarge)
+	assert.NotErrorIs(t, err, sandbox.ErrSnapshotCorrupt)
 }
 
 // rewriteHeader edits a snapshot's JSON header and fixes its checksum, as

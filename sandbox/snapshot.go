@@ -26,6 +26,9 @@ var (
 	ErrSnapshotVersion = snapshot.ErrVersion
 	// ErrSnapshotCorrupt reports a truncated or damaged snapshot.
 	ErrSnapshotCorrupt = snapshot.ErrCorrupt
+	// ErrSnapshotTooLarge reports a snapshot that needs more memory, or
+	// more file space in its in-memory root, than the SessionConfig allows.
+	ErrSnapshotTooLarge = snapshot.ErrLimit
 	// ErrSnapshotGuest reports a snapshot taken with another guest build
 	// (or another version of the session driver).
 	ErrSnapshotGuest = errors.New("snapshot is from another guest build")
@@ -183,7 +186,7 @@ func writeTree(root afero.Fs, files []snapshot.File) error {
 //
 // A snapshot that cannot be resumed returns an error matching one of
 // ErrSnapshotFormat, ErrSnapshotVersion, ErrSnapshotCorrupt,
-// ErrSnapshotGuest or ErrSnapshotLayout.
+// ErrSnapshotTooLarge, ErrSnapshotGuest or ErrSnapshotLayout.
 func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConfig) (*Session, error) {
 	if !g.sessions {
 		return nil, ErrNoSessions

@@ -52,8 +52,11 @@ var (
 	// ErrVersion reports a snapshot of another format version.
 	ErrVersion = errors.New("unsupported snapshot format version")
 	// ErrCorrupt reports a truncated or damaged snapshot, or one whose
-	// content breaks the format's rules or the caller's limits.
+	// content breaks the format's rules.
 	ErrCorrupt = errors.New("corrupt snapshot")
+	// ErrLimit reports a snapshot that needs more than the caller's Limits
+	// allow: more memory, file bytes or files, or more bytes in all.
+	ErrLimit = errors.New("snapshot exceeds a limit")
 )
 
 // Global is the value of one exported mutable global of the guest.
@@ -238,14 +241,14 @@ func (b *binWriter) u64(v uint64) {
 }
 
 // Decode reads and checks a snapshot. Every error matches ErrFormat,
-// ErrVersion or ErrCorrupt.
+// ErrVersion, ErrCorrupt or ErrLimit.
 func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
 	data, err := io.ReadAll(io.LimitReader(r, lim.MaxSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading: %w", ErrCorrupt, err)
 	}
 	if int64(len(data)) > lim.MaxSize {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrCorrupt, lim.MaxSize)
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrLimit, lim.MaxSize)
 	}
 	if len(data) < len(magic) || !bytes.Equal(data[:len(magic)], magic) {
 		if len(data) < len(magic) && bytes.HasPrefix(magic, data) {
@@ -315,8 +318,10 @@ func checkHeader(h *Header, lim Limits) error {
 	switch {
 	case h.Guest == "" || h.Base == "":
 		return fmt.Errorf("%w: no guest or base image ID", ErrCorrupt)
-	case h.MemorySize == 0 || h.MemorySize%65536 != 0 || h.MemorySize > lim.MaxMemory:
-		return fmt.Errorf("%w: memory size %d (at most %d, a multiple of 64 KiB)", ErrCorrupt, h.MemorySize, lim.MaxMemory)
+	case h.MemorySize == 0 || h.MemorySize%65536 != 0:
+		return fmt.Errorf("%w: memory size %d (not a multiple of 64 KiB)", ErrCorrupt, h.MemorySize)
+	case h.MemorySize > lim.MaxMemory:
+		return fmt.Errorf("%w: %d bytes of memory, at most %d allowed", ErrLimit, h.MemorySize, lim.MaxMemory)
 	case h.AsyncifyBuffer == 0 || uint64(h.AsyncifyBuffer) >= h.MemorySize:
 		return fmt.Errorf("%w: asyncify buffer at %d outside memory", ErrCorrupt, h.AsyncifyBuffer)
 	case len(h.Mounts) == 0:
@@ -346,7 +351,7 @@ func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
 	}
 	nf := br.u32()
 	if br.err == nil && int64(nf) > lim.MaxFiles {
-		return fmt.Errorf("%w: %d files (at most %d)", ErrCorrupt, nf, lim.MaxFiles)
+		return fmt.Errorf("%w: %d files, at most %d allowed", ErrLimit, nf, lim.MaxFiles)
 	}
 	var total int64
 	all, dirs := map[string]bool{}, map[string]bool{}
@@ -392,7 +397,7 @@ func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
 		case KindFile:
 			total += int64(min(dlen, 1<<62))
 			if dlen > 1<<62 || total > lim.MaxFileBytes {
-				return fmt.Errorf("%w: files larger than %d bytes in all", ErrCorrupt, lim.MaxFileBytes)
+				return fmt.Errorf("%w: files of more than %d bytes in all", ErrLimit, lim.MaxFileBytes)
 			}
 			f.Data = br.bytes(int(dlen))
 		default:

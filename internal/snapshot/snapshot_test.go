@@ -55,7 +55,7 @@ func TestDecodeRejects(t *testing.T) {
 		"too large":             {sample(), Limits{MaxSize: 100, MaxMemory: 1 << 20, MaxFileBytes: 1 << 20, MaxFiles: 10}},
 	} {
 		_, err := Decode(bytes.NewReader(encode(t, tc.snap)), tc.lim)
-		assert.ErrorIs(t, err, ErrCorrupt, name)
+		assert.ErrorIs(t, err, ErrLimit, name)
 	}
 	for name, edit := range map[string]func(*Snapshot){
 		"page outside memory": func(s *Snapshot) { s.Pages[1].Index = 4 << 4 },
@@ -68,7 +68,7 @@ func TestDecodeRejects(t *testing.T) {
 		"file under a file":   func(s *Snapshot) { s.Files = append(s.Files, File{Path: "work/a.txt/b", Kind: KindFile}) },
 		"buffer outside":      func(s *Snapshot) { s.Header.AsyncifyBuffer = 1 << 30 },
 		"no guest":            func(s *Snapshot) { s.Header.Guest = "" },
-		"odd memory size":     func(s *Snapshot) { s.Header.MemorySize = 1000 },
+		"odd memory size":     func(s *Snapshot) { s.Header.MemorySize = 65537 * 2 },
 		"bad kind":            func(s *Snapshot) { s.Files[1].Kind = 9 },
 	} {
 		s := sample()
@@ -87,7 +87,7 @@ func TestDecodeRejects(t *testing.T) {
 		bad[i] ^= 1
 		_, err := Decode(bytes.NewReader(bad), testLimits)
 		require.Error(t, err, "bit flipped at %d", i)
-		assert.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, ErrFormat) || errors.Is(err, ErrVersion), "byte %d: %v", i, err)
+		assert.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, ErrFormat) || errors.Is(err, ErrVersion) || errors.Is(err, ErrLimit), "byte %d: %v", i, err)
 	}
 }
 
@@ -110,7 +110,7 @@ func decodeOne(t *testing.T, data []byte) {
 	{
 		s, err := Decode(bytes.NewReader(data), testLimits)
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrVersion) {
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrVersion) && !errors.Is(err, ErrLimit) {
 				t.Fatalf("error of no kind: %v", err)
 			}
 			return
