@@ -122,6 +122,10 @@ type Session struct {
 	cfg SessionConfig
 
 	mu     sync.Mutex
+	// stopRun cancels the run in progress, if any, so that Close need not
+	// wait for its deadline. It has its own lock: mu is held by the run.
+	stopMu  sync.Mutex
+	stopRun context.CancelFunc
 	closed bool
 	reason error // why the session was closed, if not by Close
 
@@ -613,6 +617,16 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.stopMu.Lock()
+	s.stopRun = cancel
+	s.stopMu.Unlock()
+	defer func() {
+		s.stopMu.Lock()
+		s.stopRun = nil
+		s.stopMu.Unlock()
+	}()
 	budget := c.Fuel
 	if budget == 0 {
 		budget = DefaultFuel
@@ -715,7 +729,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	if runErr == nil {
 		var out outcome
 		data, rerr := s.sb.ReadFile(req.Result)
-		s.sb.Remove(req.Result)
+		s.clearControl()
 		if rerr == nil {
 			rerr = json.Unmarshal(data, &out)
 		}
@@ -727,7 +741,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 			return res, s.finish(res, &out)
 		}
 	}
-	s.sb.Remove(req.Result)
+	s.clearControl()
 	err = classify(res, r, runErr)
 	if err == nil {
 		// The interpreter exited with status 0 (os._exit(0)): the run
@@ -745,6 +759,16 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		s.closeLocked(fmt.Errorf("rolling back after a stopped run: %w", ierr))
 	}
 	return res, err
+}
+
+// clearControl empties the control directory: the outcome just read, and
+// anything the guest's code put there, which could otherwise fill its
+// quota and stop the driver from reporting the next run.
+func (s *Session) clearControl() {
+	entries, _ := s.sb.ReadDir(ControlPath)
+	for _, e := range entries {
+		s.sb.RemoveAll(path.Join(ControlPath, e.Name()))
+	}
 }
 
 // finish fills in the Result from the driver's outcome.
@@ -852,6 +876,11 @@ func (s *Session) Sandbox() *Sandbox { return s.sb }
 // Close releases the session's interpreter. A closed session cannot run,
 // snapshot or fork.
 func (s *Session) Close() error {
+	s.stopMu.Lock()
+	if s.stopRun != nil {
+		s.stopRun()
+	}
+	s.stopMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closeLocked(nil)

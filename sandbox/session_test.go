@@ -377,3 +377,31 @@ func TestSessionHibernate(t *testing.T) {
 	require.NoError(t, s.Close())
 	assert.ErrorIs(t, s.Hibernate(), sandbox.ErrSessionClosed)
 }
+
+func TestSessionCloseStopsARun(t *testing.T) {
+	s := newSession(t, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background(), "while True: pass", &sandbox.Config{Timeout: time.Minute})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, s.Close())
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not stop the run")
+	}
+	_, err := s.Run(context.Background(), "1", nil)
+	assert.ErrorIs(t, err, sandbox.ErrSessionClosed)
+}
+
+func TestSessionControlDirectoryCannotBeJammed(t *testing.T) {
+	s := newSession(t, nil)
+	// Fill the driver's directory up to its quota of files.
+	res, _ := s.Run(context.Background(), "import os\nfor i in range(100):\n    try: open('/.fumehood/junk%d' % i, 'w').close()\n    except OSError: break", nil)
+	require.NotNil(t, res)
+	assert.Equal(t, "2", run(t, s, "1 + 1").Value)
+	assert.Equal(t, "3", run(t, s, "1 + 2").Value)
+}
