@@ -121,13 +121,13 @@ type Session struct {
 	g   *Guest
 	cfg SessionConfig
 
-	mu     sync.Mutex
+	mu sync.Mutex
 	// stopRun cancels the run in progress, if any, so that Close need not
 	// wait for its deadline. It has its own lock: mu is held by the run.
 	stopMu  sync.Mutex
 	stopRun context.CancelFunc
-	closed bool
-	reason error // why the session was closed, if not by Close
+	closed  bool
+	reason  error // why the session was closed, if not by Close
 
 	sb      *Sandbox
 	root    afero.Fs // the in-memory root, nil when a mount replaces it
