@@ -1,0 +1,2 @@
+Input files: {files}
+This volume has seen {runs} run(s).
