@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest session-guest tools demo test vet fuzz clean
+.PHONY: all build guest session-guest tools demo test vet fuzz bench clean
 
 all: build
 
@@ -39,6 +39,14 @@ fuzz:
 	$(GO) test ./internal/fuel -run '^$$' -fuzz FuzzInstrument -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/errnoshim -run '^$$' -fuzz FuzzShim -fuzztime $(FUZZTIME)
 	$(GO) test ./wasi -run '^$$' -fuzz FuzzResolve -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+
+# Benchmarks against native CPython, bubblewrap and Pyodide (installed by
+# bench/setup.sh into the cache directory): several minutes, not part of test.
+# Writes the tables into bench/README.md and bench/results.json.
+BENCHFLAGS ?=
+bench: guest
+	@pyodide="$$(sh bench/setup.sh)" && $(GO) build -o bin/bench ./bench && \
+		bin/bench -fumehood $(BIN) -pyodide "$$pyodide" -markdown bench/README.md -json bench/results.json $(BENCHFLAGS)
 
 clean:
 	rm -rf bin
