@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fumehood/fumehood/bench/cpuset"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -27,8 +28,8 @@ func (b *bench) cpu(ctx context.Context) ([]CPURow, error) {
 			Code string `json:"code"`
 		}
 		var jobs []job
-		for _, p := range programs {
-			jobs = append(jobs, job{p.Name, harness(p)})
+		for _, p := range cpuset.Programs {
+			jobs = append(jobs, job{p.Name, cpuset.Harness(p)})
 		}
 		data, err := json.Marshal(jobs)
 		if err != nil {
@@ -41,8 +42,8 @@ func (b *bench) cpu(ctx context.Context) ([]CPURow, error) {
 	}
 	for round := range b.opts.CPUReps {
 		b.log("cpu round %d/%d", round+1, b.opts.CPUReps)
-		for _, p := range programs {
-			out, err := exec.Command(b.python, "-c", harness(p)).Output()
+		for _, p := range cpuset.Programs {
+			out, err := exec.Command(b.python, "-c", cpuset.Harness(p)).Output()
 			if err != nil {
 				return nil, fmt.Errorf("native %s: %w", p.Name, err)
 			}
@@ -52,7 +53,7 @@ func (b *bench) cpu(ctx context.Context) ([]CPURow, error) {
 			}
 			native[p.Name] = append(native[p.Name], s*1000)
 
-			res, err := b.guest.Run(ctx, harness(p), &sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+			res, err := b.guest.Run(ctx, cpuset.Harness(p), &sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1})
 			if err != nil {
 				return nil, fmt.Errorf("fumehood %s: %w\n%s", p.Name, err, res.Stderr)
 			}
@@ -73,7 +74,7 @@ func (b *bench) cpu(ctx context.Context) ([]CPURow, error) {
 			if err := json.Unmarshal(out, &res); err != nil {
 				return nil, fmt.Errorf("pyodide: %w: %s", err, out)
 			}
-			for _, p := range programs {
+			for _, p := range cpuset.Programs {
 				s, err := seconds(res[p.Name])
 				if err != nil {
 					return nil, fmt.Errorf("pyodide %s: %w", p.Name, err)
@@ -83,7 +84,7 @@ func (b *bench) cpu(ctx context.Context) ([]CPURow, error) {
 		}
 	}
 	var rows []CPURow
-	for _, p := range programs {
+	for _, p := range cpuset.Programs {
 		r := CPURow{Program: p.Name, What: p.What, Native: median(native[p.Name]), Fumehood: median(fh[p.Name]), Pyodide: median(pyo[p.Name])}
 		r.VsNative, r.VsPyodide, r.PyoNative = div(r.Fumehood, r.Native), div(r.Fumehood, r.Pyodide), div(r.Pyodide, r.Native)
 		rows = append(rows, r)

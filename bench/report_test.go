@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/bench/cpuset"
 )
 
 func TestMedian(t *testing.T) {
@@ -63,11 +65,11 @@ func TestReport(t *testing.T) {
 
 func TestPrograms(t *testing.T) {
 	names := map[string]bool{}
-	for _, p := range programs {
+	for _, p := range cpuset.Programs {
 		assert.False(t, names[p.Name], "duplicate %s", p.Name)
 		names[p.Name] = true
 		assert.Contains(t, p.Code, "def run(")
-		assert.True(t, strings.HasSuffix(harness(p), "print(_t.perf_counter() - _t0)\n"))
+		assert.True(t, strings.HasSuffix(cpuset.Harness(p), "print(_t.perf_counter() - _t0)\n"))
 	}
 	s, err := seconds("noise\n0.25\n")
 	require.NoError(t, err)
@@ -86,8 +88,8 @@ func TestProgramsNative(t *testing.T) {
 	if err != nil {
 		t.Skip("no python3")
 	}
-	for _, p := range programs {
-		out, err := exec.Command(py, "-c", harness(p)).CombinedOutput()
+	for _, p := range cpuset.Programs {
+		out, err := exec.Command(py, "-c", cpuset.Harness(p)).CombinedOutput()
 		require.NoError(t, err, "%s: %s", p.Name, out)
 		_, err = seconds(string(out))
 		assert.NoError(t, err, p.Name)

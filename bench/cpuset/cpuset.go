@@ -1,15 +1,17 @@
-package main
+// Package cpuset is the fixed set of small pure-Python programs that
+// `make bench` and the CPU experiments time.
+package cpuset
 
-// program is one pure-Python CPU benchmark. Its code defines run(); the
+// Program is one pure-Python CPU benchmark. Its code defines run(); the
 // harness times only run(), so interpreter start-up is excluded.
-type program struct {
+type Program struct {
 	Name, What, Code string
 }
 
-// programs is the fixed CPU set. Each takes about 0.05-0.3 s in native
+// Programs is the fixed CPU set. Each takes about 0.05-0.3 s in native
 // CPython on the reference machine, and checks its own result so that a
 // broken engine cannot look fast.
-var programs = []program{
+var Programs = []Program{
 	{"fib", "recursion: fib(27)", `
 def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)
 def run(): assert fib(27) == 196418
@@ -112,8 +114,8 @@ def run():
     assert abs(energy(bs) - (-0.169078071)) < 1e-8, energy(bs)
 `
 
-// harness wraps a program: it runs run() once and prints the seconds it
+// Harness wraps a program: it runs run() once and prints the seconds it
 // took, measured inside the interpreter.
-func harness(p program) string {
+func Harness(p Program) string {
 	return p.Code + "\nimport time as _t\n_t0 = _t.perf_counter()\nrun()\nprint(_t.perf_counter() - _t0)\n"
 }

@@ -1,0 +1,245 @@
+// Command cpuexp times the CPU set (bench/cpuset) on several builds of the
+// Python guest and wazero settings, alternating between them, and prints
+// the medians and their ratios to the first variant. It is how the
+// experiments in bench/README.md were measured:
+//
+//	go run ./bench/cpuexp -variants native,fuel,plain -reps 5
+//	go run ./bench/cpuexp -dump-plain /tmp/plain.wasm   # for wasm-opt
+//	go run ./bench/cpuexp -variants plain,wasm:/tmp/plain-O2.wasm,fuelwasm:/tmp/plain-O2.wasm
+//
+// Variants: native (the machine's python3), fuel (the installed guest, as
+// sandbox.CompilePython runs it), plain (the guest after strip-debug only,
+// no fuel, on bare wazero), interp (plain on wazero's interpreter),
+// wasm:FILE (any CPython build, no fuel, bare wazero), fuelwasm:FILE (FILE
+// through sandbox.Compile: errno shim and fuel, as a user's module).
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/fumehood/fumehood/bench/cpuset"
+	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/pipeline"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// noCache turns wazero's file compilation cache off: a build with -tags
+// perfmap writes /tmp/perf-PID.map only for code it compiles.
+var noCache bool
+
+// runner runs one program's harness and returns its output.
+type runner func(ctx context.Context, code string) (string, error)
+
+func main() {
+	variants := flag.String("variants", "native,fuel,plain", "comma-separated variants; ratios are to the first")
+	progs := flag.String("programs", "", "comma-separated program names (default: all)")
+	reps := flag.Int("reps", 5, "rounds; each runs every program once in every variant")
+	dump := flag.String("dump-plain", "", "write the strip-debug-only guest to this file and exit")
+	flag.BoolVar(&noCache, "no-cache", false, "compile afresh, without wazero's file cache (needed for -tags perfmap)")
+	flag.Parse()
+	if err := run(context.Background(), strings.Split(*variants, ","), *progs, *reps, *dump); err != nil {
+		fmt.Fprintln(os.Stderr, "cpuexp:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, variants []string, progs string, reps int, dump string) error {
+	if dump != "" {
+		wasm, err := plainGuest()
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dump, wasm, 0o644)
+	}
+	var set []cpuset.Program
+	for _, p := range cpuset.Programs {
+		if progs == "" || slices.Contains(strings.Split(progs, ","), p.Name) {
+			set = append(set, p)
+		}
+	}
+	runners := make([]runner, len(variants))
+	for i, v := range variants {
+		r, closer, err := newRunner(ctx, v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v, err)
+		}
+		defer closer()
+		runners[i] = r
+	}
+	ms := map[string][][]float64{} // program -> variant -> samples
+	for _, p := range set {
+		ms[p.Name] = make([][]float64, len(variants))
+	}
+	for round := range reps {
+		fmt.Fprintf(os.Stderr, "round %d/%d\n", round+1, reps)
+		for _, p := range set {
+			for i, r := range runners {
+				out, err := r(ctx, cpuset.Harness(p))
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", variants[i], p.Name, err)
+				}
+				lines := strings.Split(strings.TrimSpace(out), "\n")
+				s, err := strconv.ParseFloat(lines[len(lines)-1], 64)
+				if err != nil {
+					return fmt.Errorf("%s %s: no timing in %q", variants[i], p.Name, out)
+				}
+				ms[p.Name][i] = append(ms[p.Name][i], s*1000)
+			}
+		}
+	}
+	fmt.Printf("| program | %s |\n|---|%s\n", strings.Join(variants, " | "), strings.Repeat("---:|", len(variants)))
+	logs := make([]float64, len(variants))
+	for _, p := range set {
+		cells := []string{p.Name}
+		base := median(ms[p.Name][0])
+		for i := range variants {
+			m := median(ms[p.Name][i])
+			cell := fmt.Sprintf("%.0f ms", m)
+			if i > 0 {
+				cell += fmt.Sprintf(" (%.2fx)", m/base)
+			}
+			logs[i] += ln(m / base)
+			cells = append(cells, cell)
+		}
+		fmt.Printf("| %s |\n", strings.Join(cells, " | "))
+	}
+	cells := []string{"geometric mean of ratios"}
+	for i := range variants {
+		cells = append(cells, fmt.Sprintf("%.2fx", exp(logs[i]/float64(len(set)))))
+	}
+	fmt.Printf("| %s |\n", strings.Join(cells, " | "))
+	return nil
+}
+
+func newRunner(ctx context.Context, v string) (runner, func(), error) {
+	kind, file, _ := strings.Cut(v, ":")
+	switch kind {
+	case "native":
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(_ context.Context, code string) (string, error) {
+			out, err := exec.Command(py, "-c", code).Output()
+			return string(out), err
+		}, func() {}, nil
+	case "fuel":
+		g, err := sandbox.CompilePython(ctx, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, code string) (string, error) {
+			res, err := g.Run(ctx, code, &sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+			if err != nil {
+				return "", fmt.Errorf("%w: %s", err, res.Stderr)
+			}
+			return string(res.Stdout), nil
+		}, func() { g.Close(ctx) }, nil
+	case "fuelwasm":
+		wasm, err := os.ReadFile(file)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts := &sandbox.Options{}
+		if noCache {
+			if opts.CacheDir, err = os.MkdirTemp("", "cpuexp"); err != nil {
+				return nil, nil, err
+			}
+			defer os.RemoveAll(opts.CacheDir)
+		}
+		g, err := sandbox.Compile(ctx, wasm, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, code string) (string, error) {
+			res, err := g.Exec(ctx, &sandbox.Config{Args: []string{"-u", "-B", "-c", code}, Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+			if err != nil {
+				return "", fmt.Errorf("%w: %s", err, res.Stderr)
+			}
+			return string(res.Stdout), nil
+		}, func() { g.Close(ctx) }, nil
+	case "plain", "interp", "wasm":
+		var wasm []byte
+		var err error
+		if kind == "wasm" {
+			wasm, err = os.ReadFile(file)
+		} else {
+			wasm, err = plainGuest()
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return bare(ctx, wasm, kind == "interp")
+	}
+	return nil, nil, fmt.Errorf("unknown variant %q", v)
+}
+
+// plainGuest returns the installed guest after its first step (strip-debug)
+// only.
+func plainGuest() ([]byte, error) {
+	dir, err := python.CacheDir("")
+	if err != nil {
+		return nil, err
+	}
+	store := pipeline.NewStore(filepath.Join(dir, "guests"))
+	d, ok := store.Lookup(python.SourceSHA256, python.Steps[:1])
+	if !ok {
+		return nil, python.ErrGuestNotInstalled
+	}
+	return store.Get(d)
+}
+
+// bare runs a WASI module on plain wazero: real clocks, no fuel, no limits.
+func bare(ctx context.Context, wasm []byte, interp bool) (runner, func(), error) {
+	cfg := wazero.NewRuntimeConfigCompiler()
+	if interp {
+		cfg = wazero.NewRuntimeConfigInterpreter()
+	} else if !noCache {
+		dir, err := python.CacheDir("")
+		if err != nil {
+			return nil, nil, err
+		}
+		cache, err := wazero.NewCompilationCacheWithDir(filepath.Join(dir, "bench", "wazero"))
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg = cfg.WithCompilationCache(cache)
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg.WithDebugInfoEnabled(false))
+	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
+	compiled, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context, code string) (string, error) {
+		var out, errOut bytes.Buffer
+		mc := wazero.NewModuleConfig().WithName("").WithArgs("python", "-B", "-c", code).
+			WithStdout(&out).WithStderr(&errOut).WithSysNanotime().WithSysWalltime()
+		mod, err := rt.InstantiateModule(ctx, compiled, mc)
+		if mod != nil {
+			mod.Close(ctx)
+		}
+		var exit *sys.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 0 {
+			err = nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("%w: %s", err, errOut.String())
+		}
+		return out.String(), nil
+	}, func() { rt.Close(ctx) }, nil
+}
