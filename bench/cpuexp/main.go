@@ -11,21 +11,26 @@
 // sandbox.CompilePython runs it), plain (the guest after strip-debug only,
 // no fuel, on bare wazero), interp (plain on wazero's interpreter),
 // wasm:FILE (any CPython build, no fuel, bare wazero), fuelwasm:FILE (FILE
-// through sandbox.Compile: errno shim and fuel, as a user's module).
+// through sandbox.Compile: errno shim and fuel, as a user's module), v8:FILE
+// (FILE on Node.js's WASI, V8's optimizing compiler only).
 package main
 
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -37,12 +42,37 @@ import (
 	"github.com/fumehood/fumehood/sandbox"
 )
 
+//go:embed nodewasi.js
+var nodeWASI []byte
+
 // noCache turns wazero's file compilation cache off: a build with -tags
 // perfmap writes /tmp/perf-PID.map only for code it compiles.
 var noCache bool
 
-// runner runs one program's harness and returns its output.
-type runner func(ctx context.Context, code string) (string, error)
+// runner runs one program's harness and returns its output and the CPU
+// milliseconds the run took.
+type runner func(ctx context.Context, code string) (out string, cpuMs float64, err error)
+
+// rusageThread is Linux's RUSAGE_THREAD, which package syscall lacks.
+const rusageThread = 1
+
+// threadCPU runs f on a locked OS thread (wazero runs the guest on the
+// calling goroutine) and returns the CPU milliseconds that thread used.
+func threadCPU(f func() error) (float64, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var before, after syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &before); err != nil {
+		return 0, err
+	}
+	err := f()
+	if err := syscall.Getrusage(rusageThread, &after); err != nil {
+		return 0, err
+	}
+	return tvMs(after.Utime) + tvMs(after.Stime) - tvMs(before.Utime) - tvMs(before.Stime), err
+}
+
+func tvMs(t syscall.Timeval) float64 { return float64(t.Sec)*1000 + float64(t.Usec)/1000 }
 
 func main() {
 	variants := flag.String("variants", "native,fuel,plain", "comma-separated variants; ratios are to the first")
@@ -80,15 +110,33 @@ func run(ctx context.Context, variants []string, progs string, reps int, dump st
 		defer closer()
 		runners[i] = r
 	}
-	ms := map[string][][]float64{} // program -> variant -> samples
+	// Wall time inside the interpreter is what users see, but on a shared
+	// machine it mostly measures the neighbours. CPU time of the thread that
+	// runs the guest (of the child, for native) is far steadier; start-up is
+	// taken out by subtracting the CPU time of an empty program.
+	ms := map[string][][]float64{}  // program -> variant -> wall samples
+	cpu := map[string][][]float64{} // program -> variant -> CPU samples
 	for _, p := range set {
 		ms[p.Name] = make([][]float64, len(variants))
+		cpu[p.Name] = make([][]float64, len(variants))
+	}
+	empty := make([]float64, len(variants))
+	for i, r := range runners {
+		var e []float64
+		for range 3 {
+			_, c, err := r(ctx, "pass")
+			if err != nil {
+				return fmt.Errorf("%s: %w", variants[i], err)
+			}
+			e = append(e, c)
+		}
+		empty[i] = median(e)
 	}
 	for round := range reps {
 		fmt.Fprintf(os.Stderr, "round %d/%d\n", round+1, reps)
 		for _, p := range set {
 			for i, r := range runners {
-				out, err := r(ctx, cpuset.Harness(p))
+				out, c, err := r(ctx, cpuset.Harness(p))
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", variants[i], p.Name, err)
 				}
@@ -98,56 +146,90 @@ func run(ctx context.Context, variants []string, progs string, reps int, dump st
 					return fmt.Errorf("%s %s: no timing in %q", variants[i], p.Name, out)
 				}
 				ms[p.Name][i] = append(ms[p.Name][i], s*1000)
+				cpu[p.Name][i] = append(cpu[p.Name][i], c-empty[i])
 			}
 		}
 	}
-	fmt.Printf("| program | %s |\n|---|%s\n", strings.Join(variants, " | "), strings.Repeat("---:|", len(variants)))
+	table("wall time inside the interpreter", variants, set, ms)
+	table("CPU time of the run less an empty run's", variants, set, cpu)
+	return nil
+}
+
+func table(title string, variants []string, set []cpuset.Program, ms map[string][][]float64) {
+	writeTable(os.Stdout, title, variants, set, ms)
+}
+
+func writeTable(w io.Writer, title string, variants []string, set []cpuset.Program, ms map[string][][]float64) {
+	fmt.Fprintf(w, "\n%s, median ms (ratio to %s):\n\n", title, variants[0])
+	fmt.Fprintf(w, "| program | %s |\n|---|%s\n", strings.Join(variants, " | "), strings.Repeat("---:|", len(variants)))
 	logs := make([]float64, len(variants))
 	for _, p := range set {
 		cells := []string{p.Name}
 		base := median(ms[p.Name][0])
 		for i := range variants {
 			m := median(ms[p.Name][i])
-			cell := fmt.Sprintf("%.0f ms", m)
+			cell := fmt.Sprintf("%.0f", m)
 			if i > 0 {
 				cell += fmt.Sprintf(" (%.2fx)", m/base)
 			}
 			logs[i] += ln(m / base)
 			cells = append(cells, cell)
 		}
-		fmt.Printf("| %s |\n", strings.Join(cells, " | "))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 	cells := []string{"geometric mean of ratios"}
 	for i := range variants {
 		cells = append(cells, fmt.Sprintf("%.2fx", exp(logs[i]/float64(len(set)))))
 	}
-	fmt.Printf("| %s |\n", strings.Join(cells, " | "))
-	return nil
+	fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 }
 
 func newRunner(ctx context.Context, v string) (runner, func(), error) {
 	kind, file, _ := strings.Cut(v, ":")
 	switch kind {
-	case "native":
+	case "native", "v8":
 		py, err := exec.LookPath("python3")
 		if err != nil {
 			return nil, nil, err
 		}
-		return func(_ context.Context, code string) (string, error) {
-			out, err := exec.Command(py, "-c", code).Output()
-			return string(out), err
+		argv := func(code string) []string { return []string{py, "-c", code} }
+		if kind == "v8" {
+			dir, err := os.MkdirTemp("", "cpuexp")
+			if err != nil {
+				return nil, nil, err
+			}
+			js := filepath.Join(dir, "nodewasi.js")
+			if err := os.WriteFile(js, nodeWASI, 0o644); err != nil {
+				return nil, nil, err
+			}
+			// TurboFan only: Liftoff's baseline code would be timed otherwise.
+			argv = func(code string) []string { return []string{"node", "--no-warnings", "--no-liftoff", js, file, code} }
+		}
+		return func(_ context.Context, code string) (string, float64, error) {
+			a := argv(code)
+			cmd := exec.Command(a[0], a[1:]...)
+			out, err := cmd.Output()
+			if err != nil {
+				return "", 0, err
+			}
+			st := cmd.ProcessState
+			return string(out), float64((st.UserTime() + st.SystemTime()).Microseconds()) / 1000, nil
 		}, func() {}, nil
 	case "fuel":
 		g, err := sandbox.CompilePython(ctx, nil)
 		if err != nil {
 			return nil, nil, err
 		}
-		return func(ctx context.Context, code string) (string, error) {
-			res, err := g.Run(ctx, code, &sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+		return func(ctx context.Context, code string) (string, float64, error) {
+			var res *sandbox.Result
+			c, err := threadCPU(func() (err error) {
+				res, err = g.Run(ctx, code, &sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+				return err
+			})
 			if err != nil {
-				return "", fmt.Errorf("%w: %s", err, res.Stderr)
+				return "", 0, fmt.Errorf("%w: %s", err, res.Stderr)
 			}
-			return string(res.Stdout), nil
+			return string(res.Stdout), c, nil
 		}, func() { g.Close(ctx) }, nil
 	case "fuelwasm":
 		wasm, err := os.ReadFile(file)
@@ -165,12 +247,16 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return func(ctx context.Context, code string) (string, error) {
-			res, err := g.Exec(ctx, &sandbox.Config{Args: []string{"-u", "-B", "-c", code}, Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+		return func(ctx context.Context, code string) (string, float64, error) {
+			var res *sandbox.Result
+			c, err := threadCPU(func() (err error) {
+				res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"-u", "-B", "-c", code}, Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+				return err
+			})
 			if err != nil {
-				return "", fmt.Errorf("%w: %s", err, res.Stderr)
+				return "", 0, fmt.Errorf("%w: %s", err, res.Stderr)
 			}
-			return string(res.Stdout), nil
+			return string(res.Stdout), c, nil
 		}, func() { g.Close(ctx) }, nil
 	case "plain", "interp", "wasm":
 		var wasm []byte
@@ -225,21 +311,24 @@ func bare(ctx context.Context, wasm []byte, interp bool) (runner, func(), error)
 	if err != nil {
 		return nil, nil, err
 	}
-	return func(ctx context.Context, code string) (string, error) {
+	return func(ctx context.Context, code string) (string, float64, error) {
 		var out, errOut bytes.Buffer
 		mc := wazero.NewModuleConfig().WithName("").WithArgs("python", "-B", "-c", code).
 			WithStdout(&out).WithStderr(&errOut).WithSysNanotime().WithSysWalltime()
-		mod, err := rt.InstantiateModule(ctx, compiled, mc)
-		if mod != nil {
-			mod.Close(ctx)
-		}
+		c, err := threadCPU(func() error {
+			mod, err := rt.InstantiateModule(ctx, compiled, mc)
+			if mod != nil {
+				mod.Close(ctx)
+			}
+			return err
+		})
 		var exit *sys.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() == 0 {
 			err = nil
 		}
 		if err != nil {
-			return "", fmt.Errorf("%w: %s", err, errOut.String())
+			return "", 0, fmt.Errorf("%w: %s", err, errOut.String())
 		}
-		return out.String(), nil
+		return out.String(), c, nil
 	}, func() { rt.Close(ctx) }, nil
 }
