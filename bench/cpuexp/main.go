@@ -12,7 +12,10 @@
 // no fuel, on bare wazero), interp (plain on wazero's interpreter),
 // wasm:FILE (any CPython build, no fuel, bare wazero), fuelwasm:FILE (FILE
 // through sandbox.Compile: errno shim and fuel, as a user's module), v8:FILE
-// (FILE on Node.js's WASI, V8's optimizing compiler only).
+// (FILE on Node.js's WASI, V8's optimizing compiler only); wasmfs:FILE and
+// v8fs:FILE are wasm and v8 with -root mounted at / and -env set, for a
+// CPython build whose standard library is on disk; fuelfs:FILE is fuelwasm
+// with -root mounted at /py and /py put before every path in -env.
 package main
 
 import (
@@ -44,6 +47,14 @@ import (
 
 //go:embed nodewasi.js
 var nodeWASI []byte
+
+// rootDir and env are the file system and environment of the wasmfs and
+// v8fs variants: a CPython build whose standard library is on disk, not
+// embedded.
+var (
+	rootDir string
+	env     []string
+)
 
 // noCache turns wazero's file compilation cache off: a build with -tags
 // perfmap writes /tmp/perf-PID.map only for code it compiles.
@@ -79,6 +90,11 @@ func main() {
 	progs := flag.String("programs", "", "comma-separated program names (default: all)")
 	reps := flag.Int("reps", 5, "rounds; each runs every program once in every variant")
 	dump := flag.String("dump-plain", "", "write the strip-debug-only guest to this file and exit")
+	flag.StringVar(&rootDir, "root", "", "with wasmfs:FILE and v8fs:FILE, the host directory mounted as the guest's /")
+	flag.Func("env", "with wasmfs:FILE and v8fs:FILE, an environment variable K=V for the guest (repeatable)", func(kv string) error {
+		env = append(env, kv)
+		return nil
+	})
 	flag.BoolVar(&noCache, "no-cache", false, "compile afresh, without wazero's file cache (needed for -tags perfmap)")
 	flag.Parse()
 	if err := run(context.Background(), strings.Split(*variants, ","), *progs, *reps, *dump); err != nil {
@@ -187,13 +203,13 @@ func writeTable(w io.Writer, title string, variants []string, set []cpuset.Progr
 func newRunner(ctx context.Context, v string) (runner, func(), error) {
 	kind, file, _ := strings.Cut(v, ":")
 	switch kind {
-	case "native", "v8":
+	case "native", "v8", "v8fs":
 		py, err := exec.LookPath("python3")
 		if err != nil {
 			return nil, nil, err
 		}
 		argv := func(code string) []string { return []string{py, "-c", code} }
-		if kind == "v8" {
+		if kind != "native" {
 			dir, err := os.MkdirTemp("", "cpuexp")
 			if err != nil {
 				return nil, nil, err
@@ -204,6 +220,12 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			}
 			// TurboFan only: Liftoff's baseline code would be timed otherwise.
 			argv = func(code string) []string { return []string{"node", "--no-warnings", "--no-liftoff", js, file, code} }
+			if kind == "v8fs" {
+				argv = func(code string) []string {
+					return []string{"env", "WASI_ROOT=" + rootDir, "WASI_ENV=" + strings.Join(env, "\n"),
+						"node", "--no-warnings", "--no-liftoff", js, file, code}
+				}
+			}
 		}
 		return func(_ context.Context, code string) (string, float64, error) {
 			a := argv(code)
@@ -231,7 +253,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			}
 			return string(res.Stdout), c, nil
 		}, func() { g.Close(ctx) }, nil
-	case "fuelwasm":
+	case "fuelwasm", "fuelfs":
 		wasm, err := os.ReadFile(file)
 		if err != nil {
 			return nil, nil, err
@@ -247,10 +269,33 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		var scfg *sandbox.SandboxConfig
+		cfg := sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1}
+		if kind == "fuelfs" {
+			// The sandbox's root is its own; the build's tree goes at /py,
+			// so -env paths must start with /py.
+			scfg = &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/py", FS: sandbox.HostDir(rootDir), ReadOnly: true}}}
+			cfg.Env = map[string]string{}
+			for _, kv := range env {
+				k, v, _ := strings.Cut(kv, "=")
+				parts := strings.Split(v, ":")
+				for i := range parts {
+					parts[i] = "/py" + parts[i]
+				}
+				cfg.Env[k] = strings.Join(parts, ":")
+			}
+		}
 		return func(ctx context.Context, code string) (string, float64, error) {
 			var res *sandbox.Result
 			c, err := threadCPU(func() (err error) {
-				res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"-u", "-B", "-c", code}, Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+				sb, err := g.NewSandbox(scfg)
+				if err != nil {
+					return err
+				}
+				defer sb.Close()
+				cfg := cfg
+				cfg.Args = []string{"-u", "-B", "-c", code}
+				res, err = sb.Exec(ctx, &cfg)
 				return err
 			})
 			if err != nil {
@@ -258,10 +303,10 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			}
 			return string(res.Stdout), c, nil
 		}, func() { g.Close(ctx) }, nil
-	case "plain", "interp", "wasm":
+	case "plain", "interp", "wasm", "wasmfs":
 		var wasm []byte
 		var err error
-		if kind == "wasm" {
+		if kind == "wasm" || kind == "wasmfs" {
 			wasm, err = os.ReadFile(file)
 		} else {
 			wasm, err = plainGuest()
@@ -269,7 +314,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return bare(ctx, wasm, kind == "interp")
+		return bare(ctx, wasm, kind == "interp", kind == "wasmfs")
 	}
 	return nil, nil, fmt.Errorf("unknown variant %q", v)
 }
@@ -290,7 +335,7 @@ func plainGuest() ([]byte, error) {
 }
 
 // bare runs a WASI module on plain wazero: real clocks, no fuel, no limits.
-func bare(ctx context.Context, wasm []byte, interp bool) (runner, func(), error) {
+func bare(ctx context.Context, wasm []byte, interp, withFS bool) (runner, func(), error) {
 	cfg := wazero.NewRuntimeConfigCompiler()
 	if interp {
 		cfg = wazero.NewRuntimeConfigInterpreter()
@@ -315,6 +360,13 @@ func bare(ctx context.Context, wasm []byte, interp bool) (runner, func(), error)
 		var out, errOut bytes.Buffer
 		mc := wazero.NewModuleConfig().WithName("").WithArgs("python", "-B", "-c", code).
 			WithStdout(&out).WithStderr(&errOut).WithSysNanotime().WithSysWalltime()
+		if withFS {
+			mc = mc.WithFSConfig(wazero.NewFSConfig().WithReadOnlyDirMount(rootDir, "/"))
+			for _, kv := range env {
+				k, v, _ := strings.Cut(kv, "=")
+				mc = mc.WithEnv(k, v)
+			}
+		}
 		c, err := threadCPU(func() error {
 			mod, err := rt.InstantiateModule(ctx, compiled, mc)
 			if mod != nil {
