@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest session-guest tools demo test vet fuzz soak race clean
+.PHONY: all build guest session-guest tools demo test vet fuzz soak race bench clean
 
 all: build
 
@@ -58,6 +58,14 @@ soak: guest
 # the race detector.
 race: guest
 	$(GO) test -race ./sandbox -run 'TestConcurrent|TestSoak|TestHostile|TestHuge|TestTable' -count=1 -short -timeout 30m
+
+# Benchmarks against native CPython, bubblewrap and Pyodide (installed by
+# bench/setup.sh into the cache directory): several minutes, not part of test.
+# Writes the tables into bench/README.md and bench/results.json.
+BENCHFLAGS ?=
+bench: guest
+	@pyodide="$$(sh bench/setup.sh)" && $(GO) build -o bin/bench ./bench && \
+		bin/bench -fumehood $(BIN) -pyodide "$$pyodide" -markdown bench/README.md -json bench/results.json $(BENCHFLAGS)
 
 clean:
 	rm -rf bin
