@@ -35,6 +35,7 @@ type bench struct {
 	runner      string // pyodide.js written to a temp dir
 	bwrap       string // "" to skip
 	guest       *sandbox.Guest
+	sessions    *sandbox.Guest // the session build, or nil when it is not prepared
 	opts        RunOptions
 	log         func(format string, args ...any)
 }
@@ -94,6 +95,12 @@ func run(ctx context.Context, bin, pyodideDir, mdPath, jsonPath string, quick bo
 		return err
 	}
 	defer b.guest.Close(ctx)
+	if b.sessions, err = sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true}); err != nil {
+		b.log("no session rows: %v", err)
+		b.sessions = nil
+	} else {
+		defer b.sessions.Close(ctx)
+	}
 
 	rep := &Report{Started: time.Now(), Config: b.opts, Machine: b.machine()}
 	rep.Machine.LoadAvg = loadavg()

@@ -26,6 +26,10 @@ const (
 	// has started and is blocked reading stdin. It is what an idle session
 	// will hold.
 	memLive = "live"
+	// memSession is an idle session after one run; memHibernated the same
+	// session hibernated (only its pages that differ from the base image).
+	memSession    = "session"
+	memHibernated = "hibernated"
 )
 
 // memory measures each kind at each N in a fresh child process, so that
@@ -36,7 +40,11 @@ func (b *bench) memory(ns []int) ([]MemRow, error) {
 		return nil, err
 	}
 	var rows []MemRow
-	for _, kind := range []string{memSandbox, memLive} {
+	kinds := []string{memSandbox, memLive}
+	if b.sessions != nil {
+		kinds = append(kinds, memSession, memHibernated)
+	}
+	for _, kind := range kinds {
 		for _, n := range ns {
 			b.log("memory: %d idle %s", n, kind)
 			out, err := exec.Command(self, "-memory-child", kind, "-n", strconv.Itoa(n)).Output()
@@ -48,10 +56,12 @@ func (b *bench) memory(ns []int) ([]MemRow, error) {
 				return nil, fmt.Errorf("memory %s %d: %w: %s", kind, n, err, out)
 			}
 			mb := float64(growth) / (1 << 20)
-			name := "Sandbox (its filesystem; runs instantiate afresh)"
-			if kind == memLive {
-				name = "Sandbox + live interpreter blocked on stdin"
-			}
+			name := map[string]string{
+				memSandbox:    "Sandbox (its filesystem; runs instantiate afresh)",
+				memLive:       "Sandbox + live interpreter blocked on stdin",
+				memSession:    "Session, idle after one run",
+				memHibernated: "Session, hibernated after one run",
+			}[kind]
 			rows = append(rows, MemRow{Kind: name, N: n, TotalMB: mb, PerMB: mb / float64(n)})
 		}
 	}
@@ -92,6 +102,9 @@ func (w *readyWriter) Write(p []byte) (int, error) {
 // after the guest is compiled and one run has been made, so it holds the
 // compiled code and the runtime's warm state.
 func memoryChild(ctx context.Context, kind string, n int) error {
+	if kind == memSession || kind == memHibernated {
+		return sessionMemoryChild(ctx, kind == memHibernated, n)
+	}
 	g, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
@@ -152,6 +165,52 @@ func memoryChild(ctx context.Context, kind string, n int) error {
 	}
 	for _, sb := range sbs {
 		sb.Close()
+	}
+	return json.NewEncoder(os.Stdout).Encode(held - base)
+}
+
+// sessionMemoryChild holds n idle sessions, each after one run, hibernated
+// or not, and prints the growth of resident memory as memoryChild does.
+func sessionMemoryChild(ctx context.Context, hibernate bool, n int) error {
+	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	if err != nil {
+		return err
+	}
+	defer g.Close(ctx)
+	warm, err := g.NewSession(ctx, nil) // builds or loads the base image
+	if err != nil {
+		return err
+	}
+	if _, err := warm.Run(ctx, tiny, nil); err != nil {
+		return err
+	}
+	warm.Close()
+	base, err := rss()
+	if err != nil {
+		return err
+	}
+	var all []*sandbox.Session
+	for range n {
+		s, err := g.NewSession(ctx, nil)
+		if err != nil {
+			return err
+		}
+		all = append(all, s)
+		if _, err := s.Run(ctx, "x = [i for i in range(1000)]", nil); err != nil {
+			return err
+		}
+		if hibernate {
+			if err := s.Hibernate(); err != nil {
+				return err
+			}
+		}
+	}
+	held, err := rss()
+	if err != nil {
+		return err
+	}
+	for _, s := range all {
+		s.Close()
 	}
 	return json.NewEncoder(os.Stdout).Encode(held - base)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -83,6 +84,10 @@ func (b *bench) coldStart(ctx context.Context) ([]Timing, error) {
 	}
 	peers = append(peers, peer{name: "fumehood in-process: new sandbox + run", note: "guest compiled once per process",
 		run: func() (time.Duration, error) { d, _, err := b.newSandboxRun(ctx); return d, err }})
+	if b.sessions != nil {
+		peers = append(peers, peer{name: "fumehood in-process: new session + run", note: "a fresh interpreter from the base image",
+			run: func() (time.Duration, error) { d, _, err := b.newSessionRun(ctx); return d, err }})
+	}
 
 	samples := make([][]float64, len(peers))
 	for i := range b.opts.ColdReps {
@@ -131,8 +136,87 @@ func (b *bench) newSandboxRun(ctx context.Context) (first, total time.Duration, 
 	return fw.at.Sub(start), time.Since(start), nil
 }
 
-// warm measures runs inside one process that holds the compiled guest. A
-// session row (a run in a live interpreter) belongs here once sessions exist.
+// newSessionRun starts a session (a fresh interpreter from the base image),
+// runs print(1) in it and closes it. It returns the time to first output
+// and to the end.
+func (b *bench) newSessionRun(ctx context.Context) (first, total time.Duration, err error) {
+	var fw firstWrite
+	start := time.Now()
+	s, err := b.sessions.NewSession(ctx, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	res, err := s.Run(ctx, tiny, &sandbox.Config{Stdout: &fw})
+	s.Close()
+	if err != nil {
+		return 0, 0, err
+	}
+	if string(res.Stdout) != "1\n" {
+		return 0, 0, fmt.Errorf("unexpected output %q", res.Stdout)
+	}
+	return fw.at.Sub(start), time.Since(start), nil
+}
+
+// sessionRows measures sessions: a new one, a run round trip, snapshot,
+// resume and fork of a small session, as ratios to a one-shot round trip.
+func (b *bench) sessionRows(ctx context.Context, base float64) ([]Timing, error) {
+	var first, total, rt, snap, resume, fork []float64
+	var size int
+	s, err := b.sessions.NewSession(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if _, err := s.Run(ctx, "import json\nx = 0\ndata = {'k%d' % i: i for i in range(1000)}", nil); err != nil {
+		return nil, err
+	}
+	for range b.opts.WarmReps {
+		f, t, err := b.newSessionRun(ctx)
+		if err != nil {
+			return nil, err
+		}
+		first, total = append(first, ms(f)), append(total, ms(t))
+		start := time.Now()
+		if _, err := s.Run(ctx, "x += 1", nil); err != nil {
+			return nil, err
+		}
+		rt = append(rt, ms(time.Since(start)))
+		var buf bytes.Buffer
+		start = time.Now()
+		if err := s.Snapshot(&buf); err != nil {
+			return nil, err
+		}
+		snap, size = append(snap, ms(time.Since(start))), buf.Len()
+		start = time.Now()
+		r, err := b.sessions.ResumeSession(ctx, &buf, nil)
+		if err != nil {
+			return nil, err
+		}
+		resume = append(resume, ms(time.Since(start)))
+		r.Close()
+		start = time.Now()
+		f2, err := s.Fork(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fork = append(fork, ms(time.Since(start)))
+		f2.Close()
+	}
+	row := func(name string, v []float64) Timing {
+		m := median(v)
+		return Timing{Name: name, Median: m, Ratio: div(m, base), Samples: v}
+	}
+	return []Timing{
+		row("new session + run print(1), to first output", first),
+		row("new session + run print(1) + close, round trip", total),
+		row("run x += 1 in a live session, round trip", rt),
+		row(fmt.Sprintf("snapshot of a small session (%.2f MB)", float64(size)/1e6), snap),
+		row("resume that snapshot in-process", resume),
+		row("fork that session", fork),
+	}, nil
+}
+
+// warm measures runs inside one process that holds the compiled guest.
 func (b *bench) warm(ctx context.Context, quick bool) ([]Timing, error) {
 	var first, total, held []float64
 	sb, err := b.guest.NewSandbox(nil)
@@ -160,6 +244,14 @@ func (b *bench) warm(ctx context.Context, quick bool) ([]Timing, error) {
 		{Name: "new sandbox + run print(1), to first output", Median: median(first), Samples: first},
 		{Name: "new sandbox + run print(1) + close, round trip", Median: base, Ratio: 1, Samples: total},
 		{Name: "run print(1) in a sandbox held between runs, round trip", Median: median(held), Ratio: div(median(held), base), Samples: held},
+	}
+	if b.sessions != nil {
+		b.log("sessions")
+		srows, err := b.sessionRows(ctx, base)
+		if err != nil {
+			return nil, fmt.Errorf("sessions: %w", err)
+		}
+		rows = append(rows, srows...)
 	}
 	dur := 5 * time.Second
 	if quick {
