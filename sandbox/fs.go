@@ -29,6 +29,12 @@ import (
 // like the guest's own memory.
 var DefaultRootQuota = wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
 
+// DefaultMaxOpen bounds the files a guest may hold open at once in each
+// mount (and in the in-memory root): past it, opening fails with EMFILE
+// (Python's OSError with errno EMFILE). Each open file costs the host
+// memory that the guest's memory limit does not count.
+const DefaultMaxOpen = 1024
+
 // DefaultVolumeQuota is the quota the command line gives writable host
 // directories and volumes: generous, but a guest cannot fill the host's disk.
 var DefaultVolumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
@@ -159,7 +165,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	for i, m := range mounts {
-		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report}
+		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report, MaxOpen: DefaultMaxOpen}
 		if session {
 			opts.Device = uint64(i + 1)
 		}

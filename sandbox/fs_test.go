@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"fmt"
 	"context"
 	"io/fs"
 	"os"
@@ -283,4 +284,25 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 
 	_, err = sandbox.Volume(filepath.Join(dir, "kept", "below-a-file"))
 	assert.Error(t, err)
+}
+
+func TestOpenFilesAreBounded(t *testing.T) {
+	s, err := testenv.Python(t).NewSandbox(nil)
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Run(context.Background(), `
+import errno
+held = []
+try:
+    for i in range(5000):
+        held.append(open('/tmp/f%d' % i, 'w'))
+except OSError as e:
+    print(len(held), errno.errorcode[e.errno], e.strerror)
+for f in held:
+    f.close()
+print(len(open('/tmp/f1').read()))
+`, nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Equal(t, fmt.Sprintf("%d EMFILE No file descriptors available\n0\n", sandbox.DefaultMaxOpen-1), string(res.Stdout),
+		"the runtime holds one handle on the root")
 }

@@ -22,6 +22,12 @@ import (
 // carries fumehood's errno shim deliver ENOSPC instead (the sandbox does).
 const ENOSPC sys.Errno = 4096 + 51 // 51 is ENOSPC in wasip1's errno numbering
 
+// EMFILE is the errno returned when a guest would hold more than
+// Options.MaxOpen handles open in one FS. Like ENOSPC it is outside the
+// range wazero defines, and a guest sees EIO unless the host passes it on
+// (Options.ReportErrno).
+const EMFILE sys.Errno = 4096 + 33 // 33 is EMFILE in wasip1's errno numbering
+
 // toErrno maps an error returned by an afero.Fs or afero.File to the closest
 // sys.Errno. Unknown errors become EIO.
 func toErrno(err error) sys.Errno {

@@ -28,11 +28,17 @@ type Options struct {
 	Quota Quota
 
 	// ReportErrno, if set, is called during a failing operation with the
-	// WASI errno that wazero cannot express and turns into EIO: today
-	// ENOSPC (51), when a quota is exceeded. A host whose guest is
+	// WASI errno that wazero cannot express and turns into EIO: ENOSPC
+	// (51), when a quota is exceeded, and EMFILE (33), past MaxOpen. A host whose guest is
 	// rewritten by internal/errnoshim passes it on, so the guest sees
 	// ENOSPC instead of EIO.
 	ReportErrno func(wasip1Errno uint16)
+
+	// MaxOpen, if not zero, bounds the handles open at once: opening one
+	// more fails with EMFILE (reported like ENOSPC, see ReportErrno). Each
+	// handle costs the host memory outside the guest's, so a sandbox sets
+	// one (DefaultMaxOpen).
+	MaxOpen int
 
 	// Device, if not zero, is the device number the FS reports instead of
 	// one unique in the process: for file systems that must look the same
@@ -108,8 +114,9 @@ type FS struct {
 	used  Usage
 	nodes map[string]*node
 	ino   uint64 // the last inode number given out
-	// handles counts open handles, orphans included.
+	// handles counts open handles, orphans included; maxOpen bounds it.
 	handles int
+	maxOpen int
 }
 
 // node is what the FS knows of one path: its inode number and, while it is
@@ -155,7 +162,7 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 	if fsys == nil {
 		return nil, errors.New("wasi: NewFS: nil afero.Fs")
 	}
-	if opts.Quota.MaxBytes < 0 || opts.Quota.MaxFiles < 0 {
+	if opts.Quota.MaxBytes < 0 || opts.Quota.MaxFiles < 0 || opts.MaxOpen < 0 {
 		return nil, fmt.Errorf("wasi: NewFS: negative quota %+v", opts.Quota)
 	}
 	f := &FS{
@@ -165,6 +172,7 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 		quota:      opts.Quota,
 		accounting: opts.Quota.MaxBytes > 0 || opts.Quota.MaxFiles > 0,
 		report:     opts.ReportErrno,
+		maxOpen:    opts.MaxOpen,
 		dev:        opts.Device,
 		nodes:      map[string]*node{},
 	}
@@ -384,6 +392,12 @@ func (f *FS) statNode(n *node, fi fs.FileInfo) sysapi.Stat_t {
 func (f *FS) OpenFile(name string, flag sys.Oflag, perm fs.FileMode) (sys.File, sys.Errno) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.maxOpen > 0 && f.handles >= f.maxOpen {
+		if f.report != nil {
+			f.report(uint16(EMFILE - 4096))
+		}
+		return nil, EMFILE
+	}
 
 	var read, write bool
 	switch flag & (sys.O_RDONLY | sys.O_RDWR | sys.O_WRONLY) {
