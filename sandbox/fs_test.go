@@ -1,8 +1,8 @@
 package sandbox_test
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
