@@ -126,6 +126,7 @@ type ExitError struct {
 	Code int
 }
 
+// Error implements error.
 func (e *ExitError) Error() string {
 	return fmt.Sprintf("sandbox: guest exited with status %d", e.Code)
 }
@@ -137,6 +138,7 @@ type TrapError struct {
 	Err error
 }
 
+// Error implements error.
 func (e *TrapError) Error() string { return "sandbox: guest trapped: " + e.Err.Error() }
 
 // Unwrap returns the runtime's error.

@@ -67,6 +67,7 @@ type Exception struct {
 	Traceback string `json:"traceback"`
 }
 
+// Error implements error: "python: Type: message".
 func (e *Exception) Error() string {
 	if e.Message == "" {
 		return "python: " + e.Type

@@ -58,6 +58,7 @@ var (
 // function's argument type (kind "arguments").
 type ArgumentError struct{ Err error }
 
+// Error implements error.
 func (e *ArgumentError) Error() string { return "invalid arguments: " + e.Err.Error() }
 
 // Unwrap returns the decoder's error.
@@ -71,6 +72,7 @@ type PanicError struct {
 	Stack    []byte
 }
 
+// Error implements error.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("hostcall: function %q panicked: %v", e.Function, e.Value)
 }

@@ -148,6 +148,7 @@ type DeniedError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *DeniedError) Error() string {
 	if e.URL == "" {
 		return fmt.Sprintf("netpolicy: refused by %s: %s", e.Rule, e.Reason)
