@@ -58,11 +58,14 @@ func (b *baseImage) page(i int) []byte {
 var zeroPage = make([]byte, pageSize)
 
 // checkpoint is a session's state between runs, kept as the pages that
-// differ from the base image. Pages are never written once made: an update
-// replaces the slices of changed pages, so forks share the rest.
+// differ from the base image. A page shared with a fork (or a snapshot
+// decoder's buffer) is never written: an update replaces it with a copy,
+// so forks share what neither changed. Pages the checkpoint allocated
+// itself since it was last cloned (owned) are updated in place.
 type checkpoint struct {
 	size    uint64   // memory size in bytes
 	pages   [][]byte // nil where the page equals the base image's
+	owned   []bool   // pages[i] is this checkpoint's alone
 	globals []uint64
 }
 
@@ -73,6 +76,9 @@ func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64) {
 		c.pages = append(c.pages, make([][]byte, n-len(c.pages))...)
 	}
 	c.pages = c.pages[:n]
+	if len(c.owned) < n {
+		c.owned = append(c.owned, make([]bool, n-len(c.owned))...)
+	}
 	for i := 0; i < n; i++ {
 		cur := mem[i*pageSize : (i+1)*pageSize]
 		ref := c.pages[i]
@@ -81,16 +87,23 @@ func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64) {
 				ref = zeroPage
 			}
 		}
-		if !bytes.Equal(cur, ref) {
-			c.pages[i] = bytes.Clone(cur)
+		if bytes.Equal(cur, ref) {
+			continue
+		}
+		if c.owned[i] {
+			copy(c.pages[i], cur)
+		} else {
+			c.pages[i], c.owned[i] = bytes.Clone(cur), true
 		}
 	}
 	c.size = uint64(len(mem))
 	c.globals = append(c.globals[:0], globals...)
 }
 
-// clone returns a copy that shares the (immutable) pages.
+// clone returns a copy that shares the pages, which neither may write from
+// now on.
 func (c *checkpoint) clone() *checkpoint {
+	clear(c.owned)
 	return &checkpoint{size: c.size, pages: append([][]byte(nil), c.pages...), globals: append([]uint64(nil), c.globals...)}
 }
 
