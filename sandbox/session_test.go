@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,4 +406,41 @@ func TestSessionControlDirectoryCannotBeJammed(t *testing.T) {
 	require.NotNil(t, res)
 	assert.Equal(t, "2", run(t, s, "1 + 1").Value)
 	assert.Equal(t, "3", run(t, s, "1 + 2").Value)
+}
+
+// TestSessionConcurrentUse calls one session from several goroutines: the
+// calls are serialized, none is lost, and forks taken meanwhile each see a
+// consistent state. `make race` runs it under the race detector.
+func TestSessionConcurrentUse(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "n = 0")
+	ctx := context.Background()
+	const workers, runs = 4, 10
+	errs := make(chan error, workers*runs+workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range runs {
+				if _, err := s.Run(ctx, "n += 1", nil); err != nil {
+					errs <- err
+				}
+			}
+			f, err := s.Fork(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			res, err := f.Run(ctx, "0 <= n <= 40", nil)
+			if err != nil || res.Value != "True" {
+				errs <- fmt.Errorf("fork: %v %v", err, res)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.Equal(t, "40", run(t, s, "n").Value)
 }
