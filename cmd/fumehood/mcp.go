@@ -33,7 +33,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	maxOutput := fs.String("max-output", "", "bytes kept of each of stdout and stderr (default 1MiB)")
 	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
 	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, at most")
-	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio")
+	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
 	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
 	var network networkFlags
