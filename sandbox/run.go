@@ -213,15 +213,8 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 	if err := g.checkConfig(c); err != nil {
 		return nil, err
 	}
-	timeout := c.Timeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+	ctx, cancelDeadline := c.deadline(ctx)
+	defer cancelDeadline()
 
 	r := &runState{ctx: ctx, refill: c.Refill}
 	host, err := beginHost(ctx) // host calls: hostcall.go
@@ -233,10 +226,7 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 	if err != nil {
 		return nil, err
 	}
-	maxOut := c.MaxOutput
-	if maxOut == 0 {
-		maxOut = DefaultMaxOutput
-	}
+	maxOut := c.maxOutput()
 	stdout := &capture{max: maxOut, tee: c.Stdout}
 	stderr := &capture{max: maxOut, tee: c.Stderr}
 	if c.StopAtOutputLimit {
@@ -252,10 +242,7 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 		memLimit = g.memoryLimit
 	}
 	alloc := &memoryAllocator{limit: uint64(memLimit)}
-	budget := c.Fuel
-	if budget == 0 {
-		budget = DefaultFuel
-	}
+	budget := c.fuel()
 
 	start := time.Now()
 	runErr := g.start(ctx, mc, r, alloc, budget, sink)
@@ -271,6 +258,34 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 		res.MemoryLimitHit = m.refused > 0
 	}
 	return res, classify(res, r, runErr)
+}
+
+// deadline applies the run's Timeout (or DefaultTimeout) to ctx.
+func (c *Config) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if timeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// fuel returns the run's fuel budget, DefaultFuel if it sets none.
+func (c *Config) fuel() int64 {
+	if c.Fuel == 0 {
+		return DefaultFuel
+	}
+	return c.Fuel
+}
+
+// maxOutput returns the bound of each captured stream.
+func (c *Config) maxOutput() int {
+	if c.MaxOutput == 0 {
+		return DefaultMaxOutput
+	}
+	return c.MaxOutput
 }
 
 func (g *Guest) checkConfig(c *Config) error {

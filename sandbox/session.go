@@ -609,15 +609,8 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	if err := s.g.checkConfig(&c); err != nil {
 		return nil, err
 	}
-	timeout := c.Timeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+	ctx, cancelDeadline := c.deadline(ctx)
+	defer cancelDeadline()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.stopMu.Lock()
@@ -628,10 +621,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		s.stopRun = nil
 		s.stopMu.Unlock()
 	}()
-	budget := c.Fuel
-	if budget == 0 {
-		budget = DefaultFuel
-	}
+	budget := c.fuel()
 	if s.cfg.Fuel > 0 {
 		left := s.cfg.Fuel - s.fuel
 		if left <= 0 {
@@ -643,10 +633,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	if c.MemoryLimit > 0 {
 		memLimit = min(memLimit, uint64(c.MemoryLimit))
 	}
-	maxOut := c.MaxOutput
-	if maxOut == 0 {
-		maxOut = DefaultMaxOutput
-	}
+	maxOut := c.maxOutput()
 
 	r := &runState{ctx: ctx, refill: c.Refill}
 	s.clocks(ctx, r)
