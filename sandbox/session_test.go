@@ -382,12 +382,22 @@ func TestSessionHibernate(t *testing.T) {
 
 func TestSessionCloseStopsARun(t *testing.T) {
 	s := newSession(t, nil)
+	started := make(chan struct{})
+	var once sync.Once
+	out := writerFunc(func(p []byte) (int, error) {
+		once.Do(func() { close(started) })
+		return len(p), nil
+	})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(context.Background(), "while True: pass", &sandbox.Config{Timeout: time.Minute})
+		_, err := s.Run(context.Background(), "print('looping')\nwhile True: pass", &sandbox.Config{Timeout: time.Minute, Stdout: out})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the run did not start")
+	}
 	require.NoError(t, s.Close())
 	select {
 	case err := <-done:
@@ -398,6 +408,11 @@ func TestSessionCloseStopsARun(t *testing.T) {
 	_, err := s.Run(context.Background(), "1", nil)
 	assert.ErrorIs(t, err, sandbox.ErrSessionClosed)
 }
+
+// writerFunc is an io.Writer made of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestSessionControlDirectoryCannotBeJammed(t *testing.T) {
 	s := newSession(t, nil)
