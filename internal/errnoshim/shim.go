@@ -195,15 +195,15 @@ func (s *shimmer) shim(m *wasmbin.Module) (bool, error) {
 		case sec.ID == wasmbin.SectionFunction:
 			sec.Payload, err = s.functions(sec.Payload)
 		case sec.ID == wasmbin.SectionTable:
-			sec.Payload, err = s.tables(sec.Payload)
+			sec.Payload, err = wasmbin.RemapTables(sec.Payload, s.funcMap)
 		case sec.ID == wasmbin.SectionGlobal:
 			sec.Payload, err = s.globals(sec.Payload)
 		case sec.ID == wasmbin.SectionExport:
 			sec.Payload, err = s.exports(sec.Payload)
 		case sec.ID == wasmbin.SectionStart:
-			sec.Payload, err = s.start(sec.Payload)
+			sec.Payload, err = wasmbin.RemapStart(sec.Payload, s.funcMap)
 		case sec.ID == wasmbin.SectionElement:
-			sec.Payload, err = s.elements(sec.Payload)
+			sec.Payload, err = wasmbin.RemapElements(sec.Payload, s.funcMap)
 		case sec.ID == wasmbin.SectionCode:
 			sec.Payload, err = s.code(sec.Payload)
 		case sec.ID == wasmbin.SectionCustom && sec.Name == "name":
@@ -376,6 +376,9 @@ func (s *shimmer) target(idx uint32) uint32 {
 	return idx
 }
 
+// funcMap is target as a wasmbin.FuncMap.
+func (s *shimmer) funcMap(idx uint32) (uint32, error) { return s.target(idx), nil }
+
 // functions appends the wrappers' type indices to the function section.
 func (s *shimmer) functions(payload []byte) ([]byte, error) {
 	r := reader{B: payload}
@@ -411,7 +414,7 @@ func (s *shimmer) globals(payload []byte) ([]byte, error) {
 		r.ValType()
 		r.Byte()
 		p = append(p, r.B[start:r.Pos]...)
-		p = s.constExpr(p, &r)
+		p = wasmbin.RemapConstExpr(p, &r, s.funcMap)
 	}
 	r.End("global")
 	if r.Err != nil {
@@ -446,108 +449,6 @@ func (s *shimmer) exports(payload []byte) ([]byte, error) {
 		return nil, r.Err
 	}
 	return append(p, entry...), nil
-}
-
-func (s *shimmer) start(payload []byte) ([]byte, error) {
-	r := reader{B: payload}
-	idx := r.U32()
-	r.End("start function")
-	if r.Err != nil {
-		return nil, r.Err
-	}
-	return wasmbin.AppendU32(nil, s.target(idx)), nil
-}
-
-// tables fixes ref.func in table initialisers (typed function references).
-func (s *shimmer) tables(payload []byte) ([]byte, error) {
-	r := reader{B: payload}
-	n := r.Count(3)
-	p := make([]byte, 0, len(payload)+8)
-	p = append(p, payload[:r.Pos]...)
-	for i := uint32(0); i < n && r.Err == nil; i++ {
-		start := r.Pos
-		init := false
-		if r.Pos < len(r.B) && r.B[r.Pos] == 0x40 {
-			r.Pos++
-			if r.Byte() != 0 {
-				r.Fail("table %d: reserved byte is not zero", i)
-			}
-			init = true
-		}
-		r.ValType()
-		r.Limits()
-		p = append(p, r.B[start:r.Pos]...)
-		if init {
-			p = s.constExpr(p, &r)
-		}
-	}
-	r.End("table")
-	return p, r.Err
-}
-
-// elements fixes the function indices and ref.func of element segments.
-func (s *shimmer) elements(payload []byte) ([]byte, error) {
-	r := reader{B: payload}
-	n := r.Count(2)
-	p := make([]byte, 0, len(payload)+len(payload)/8+8)
-	p = append(p, payload[:r.Pos]...)
-	for i := uint32(0); i < n && r.Err == nil; i++ {
-		start := r.Pos
-		flags := r.U32()
-		if flags > 7 {
-			r.Fail("element segment %d: unknown flags %d", i, flags)
-			break
-		}
-		if flags&1 == 0 { // active
-			if flags&2 != 0 {
-				r.U32() // table index
-			}
-			p = append(p, r.B[start:r.Pos]...)
-			p = s.constExpr(p, &r) // offset
-			start = r.Pos
-		}
-		if flags&3 != 0 {
-			if flags&4 == 0 {
-				r.Byte() // element kind
-			} else {
-				r.ValType() // reference type
-			}
-		}
-		count := r.Count(1)
-		p = append(p, r.B[start:r.Pos]...)
-		for j := uint32(0); j < count && r.Err == nil; j++ {
-			if flags&4 != 0 {
-				p = s.constExpr(p, &r)
-				continue
-			}
-			idx := r.U32()
-			p = wasmbin.AppendU32(p, s.target(idx))
-		}
-	}
-	r.End("element segment")
-	return p, r.Err
-}
-
-// constExpr copies the constant expression at r to p, redirecting ref.func.
-func (s *shimmer) constExpr(p []byte, r *reader) []byte {
-	for r.Err == nil {
-		ins, err := wasmbin.DecodeInstr(r.B[r.Pos:])
-		if err != nil {
-			r.Fail("constant expression at offset %d: %v", r.Pos, err)
-			return p
-		}
-		if ins.Op == wasmbin.OpRefFunc {
-			p = append(p, opRefFunc)
-			p = wasmbin.AppendU32(p, s.target(ins.Index))
-		} else {
-			p = append(p, r.B[r.Pos:r.Pos+ins.Len]...)
-		}
-		r.Pos += ins.Len
-		if ins.Op == wasmbin.OpEnd {
-			break
-		}
-	}
-	return p
 }
 
 // code redirects calls and references in every function body and appends

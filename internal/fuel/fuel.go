@@ -87,7 +87,6 @@ const (
 	opI64Const  = 0x42
 	opGlobalGet = 0x23
 	opGlobalSet = 0x24
-	opRefFunc   = 0xD2
 )
 
 // Instrument returns a copy of the binary module wasm with fuel metering
@@ -155,11 +154,11 @@ func (in *instrumenter) instrument(m *wasmbin.Module) error {
 		var err error
 		switch {
 		case s.ID == wasmbin.SectionStart:
-			s.Payload, err = in.start(s.Payload)
+			s.Payload, err = wasmbin.RemapStart(s.Payload, in.funcIndex)
 		case s.ID == wasmbin.SectionTable:
-			s.Payload, err = in.tables(s.Payload)
+			s.Payload, err = wasmbin.RemapTables(s.Payload, in.funcIndex)
 		case s.ID == wasmbin.SectionElement:
-			s.Payload, err = in.elements(s.Payload)
+			s.Payload, err = wasmbin.RemapElements(s.Payload, in.funcIndex)
 		case s.ID == wasmbin.SectionCode:
 			s.Payload, err = in.code(s.Payload)
 		case s.ID == wasmbin.SectionCustom && strings.HasPrefix(s.Name, ".debug"):
@@ -310,7 +309,7 @@ func (in *instrumenter) globals(m *wasmbin.Module) error {
 		r.ValType()
 		r.Byte()
 		p = append(p, r.B[start:r.Pos]...)
-		p = in.constExpr(p, &r)
+		p = wasmbin.RemapConstExpr(p, &r, in.funcIndex)
 	}
 	if r.Err == nil && r.Pos != len(r.B) {
 		r.Fail("%d bytes after the last global", len(r.B)-r.Pos)
@@ -362,126 +361,6 @@ func (in *instrumenter) exports(m *wasmbin.Module) error {
 	}
 	s.Payload = append(p, entry...)
 	return nil
-}
-
-func (in *instrumenter) start(payload []byte) ([]byte, error) {
-	r := reader{B: payload}
-	idx := r.U32()
-	if r.Err == nil && r.Pos != len(r.B) {
-		r.Fail("%d bytes after the start function", len(r.B)-r.Pos)
-	}
-	if r.Err != nil {
-		return nil, r.Err
-	}
-	idx, err := in.funcIndex(idx)
-	if err != nil {
-		return nil, err
-	}
-	return wasmbin.AppendU32(nil, idx), nil
-}
-
-// tables fixes ref.func in table initialisers (typed function references).
-func (in *instrumenter) tables(payload []byte) ([]byte, error) {
-	r := reader{B: payload}
-	n := r.Count(3)
-	p := make([]byte, 0, len(payload)+8)
-	p = append(p, payload[:r.Pos]...)
-	for i := uint32(0); i < n && r.Err == nil; i++ {
-		start := r.Pos
-		init := false
-		if r.Pos < len(r.B) && r.B[r.Pos] == 0x40 {
-			r.Pos++
-			if r.Byte() != 0 {
-				r.Fail("table %d: reserved byte is not zero", i)
-			}
-			init = true
-		}
-		r.ValType()
-		r.Limits()
-		p = append(p, r.B[start:r.Pos]...)
-		if init {
-			p = in.constExpr(p, &r)
-		}
-	}
-	if r.Err == nil && r.Pos != len(r.B) {
-		r.Fail("%d bytes after the last table", len(r.B)-r.Pos)
-	}
-	return p, r.Err
-}
-
-// elements fixes the function indices and ref.func of element segments.
-func (in *instrumenter) elements(payload []byte) ([]byte, error) {
-	r := reader{B: payload}
-	n := r.Count(2)
-	p := make([]byte, 0, len(payload)+len(payload)/8+8)
-	p = append(p, payload[:r.Pos]...)
-	for i := uint32(0); i < n && r.Err == nil; i++ {
-		start := r.Pos
-		flags := r.U32()
-		if flags > 7 {
-			r.Fail("element segment %d: unknown flags %d", i, flags)
-			break
-		}
-		if flags&1 == 0 { // active
-			if flags&2 != 0 {
-				r.U32() // table index
-			}
-			p = append(p, r.B[start:r.Pos]...)
-			p = in.constExpr(p, &r) // offset
-			start = r.Pos
-		}
-		if flags&3 != 0 {
-			if flags&4 == 0 {
-				r.Byte() // element kind
-			} else {
-				r.ValType() // reference type
-			}
-		}
-		count := r.Count(1)
-		p = append(p, r.B[start:r.Pos]...)
-		for j := uint32(0); j < count && r.Err == nil; j++ {
-			if flags&4 != 0 {
-				p = in.constExpr(p, &r)
-				continue
-			}
-			idx, err := in.funcIndex(r.U32())
-			if err != nil {
-				return nil, err
-			}
-			p = wasmbin.AppendU32(p, idx)
-		}
-	}
-	if r.Err == nil && r.Pos != len(r.B) {
-		r.Fail("%d bytes after the last element segment", len(r.B)-r.Pos)
-	}
-	return p, r.Err
-}
-
-// constExpr copies the constant expression at r to p, fixing ref.func.
-func (in *instrumenter) constExpr(p []byte, r *reader) []byte {
-	for r.Err == nil {
-		ins, err := wasmbin.DecodeInstr(r.B[r.Pos:])
-		if err != nil {
-			r.Fail("constant expression at offset %d: %v", r.Pos, err)
-			return p
-		}
-		if ins.Op == wasmbin.OpRefFunc {
-			idx, err := in.funcIndex(ins.Index)
-			if err != nil {
-				r.Fail("ref.func: %v", err)
-				return p
-			}
-			p = append(p, opRefFunc)
-			p = wasmbin.AppendU32(p, idx)
-		} else {
-			p = append(p, r.B[r.Pos:r.Pos+ins.Len]...)
-		}
-		r.Pos += ins.Len
-		if ins.Op == wasmbin.OpEnd {
-			break
-		}
-	}
-	return p
 }
 
 func appendName(b []byte, s string) []byte {

@@ -1,0 +1,128 @@
+package wasmbin
+
+// FuncMap maps a function index of an input module to the index the same
+// function has in the output, or fails for an index it cannot map. Passes
+// that add or redirect functions (the fuel and errno rewriters) give one to
+// the Remap functions below, which copy a section and fix every function
+// index outside the code.
+type FuncMap func(uint32) (uint32, error)
+
+// RemapConstExpr copies the constant expression at r to p, mapping the
+// index of each ref.func.
+func RemapConstExpr(p []byte, r *Reader, f FuncMap) []byte {
+	for r.Err == nil {
+		ins, err := DecodeInstr(r.B[r.Pos:])
+		if err != nil {
+			r.Fail("constant expression at offset %d: %v", r.Pos, err)
+			return p
+		}
+		if ins.Op == OpRefFunc {
+			idx, err := f(ins.Index)
+			if err != nil {
+				r.Fail("ref.func: %v", err)
+				return p
+			}
+			p = append(p, byte(OpRefFunc))
+			p = AppendU32(p, idx)
+		} else {
+			p = append(p, r.B[r.Pos:r.Pos+ins.Len]...)
+		}
+		r.Pos += ins.Len
+		if ins.Op == OpEnd {
+			break
+		}
+	}
+	return p
+}
+
+// RemapStart returns the payload of a start section with its function
+// index mapped.
+func RemapStart(payload []byte, f FuncMap) ([]byte, error) {
+	r := Reader{B: payload}
+	idx := r.U32()
+	r.End("start function")
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	idx, err := f(idx)
+	if err != nil {
+		return nil, err
+	}
+	return AppendU32(nil, idx), nil
+}
+
+// RemapTables returns the payload of a table section with ref.func mapped
+// in its initialisers (typed function references).
+func RemapTables(payload []byte, f FuncMap) ([]byte, error) {
+	r := Reader{B: payload}
+	n := r.Count(3)
+	p := make([]byte, 0, len(payload)+8)
+	p = append(p, payload[:r.Pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		init := false
+		if r.Pos < len(r.B) && r.B[r.Pos] == 0x40 {
+			r.Pos++
+			if r.Byte() != 0 {
+				r.Fail("table %d: reserved byte is not zero", i)
+				break
+			}
+			init = true
+		}
+		r.ValType()
+		r.Limits()
+		p = append(p, r.B[start:r.Pos]...)
+		if init {
+			p = RemapConstExpr(p, &r, f)
+		}
+	}
+	r.End("table")
+	return p, r.Err
+}
+
+// RemapElements returns the payload of an element section with its
+// function indices and ref.func mapped.
+func RemapElements(payload []byte, f FuncMap) ([]byte, error) {
+	r := Reader{B: payload}
+	n := r.Count(2)
+	p := make([]byte, 0, len(payload)+len(payload)/8+8)
+	p = append(p, payload[:r.Pos]...)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		start := r.Pos
+		flags := r.U32()
+		if flags > 7 {
+			r.Fail("element segment %d: unknown flags %d", i, flags)
+			break
+		}
+		if flags&1 == 0 { // active
+			if flags&2 != 0 {
+				r.U32() // table index
+			}
+			p = append(p, r.B[start:r.Pos]...)
+			p = RemapConstExpr(p, &r, f) // offset
+			start = r.Pos
+		}
+		if flags&3 != 0 {
+			if flags&4 == 0 {
+				r.Byte() // element kind
+			} else {
+				r.ValType() // reference type
+			}
+		}
+		count := r.Count(1)
+		p = append(p, r.B[start:r.Pos]...)
+		for j := uint32(0); j < count && r.Err == nil; j++ {
+			if flags&4 != 0 {
+				p = RemapConstExpr(p, &r, f)
+				continue
+			}
+			idx, err := f(r.U32())
+			if err != nil {
+				return nil, err
+			}
+			p = AppendU32(p, idx)
+		}
+	}
+	r.End("element segment")
+	return p, r.Err
+}
