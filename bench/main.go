@@ -48,7 +48,7 @@ func main() {
 		jsonPath = flag.String("json", "", "write the report as JSON to this file")
 		quick    = flag.Bool("quick", false, "one or two repetitions of everything: a smoke run, not a measurement")
 		only     = flag.String("only", "cold,warm,cpu,memory", "comma-separated parts to run")
-		memChild = flag.String("memory-child", "", "internal: measure N idle sandboxes of this kind (sandbox|live)")
+		memChild = flag.String("memory-child", "", "internal: measure N idle sandboxes of this kind (sandbox|live|session|hibernated)")
 		memN     = flag.Int("n", 1, "internal: with -memory-child, how many")
 	)
 	flag.Parse()

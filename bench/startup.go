@@ -119,35 +119,33 @@ func (b *bench) pyodide(args ...string) (time.Duration, error) {
 // caller does for a one-shot run. It returns the time to first output and
 // to the end.
 func (b *bench) newSandboxRun(ctx context.Context) (first, total time.Duration, err error) {
-	var fw firstWrite
-	start := time.Now()
-	sb, err := b.guest.NewSandbox(nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	res, err := sb.Run(ctx, tiny, &sandbox.Config{Stdout: &fw})
-	sb.Close()
-	if err != nil {
-		return 0, 0, err
-	}
-	if string(res.Stdout) != "1\n" {
-		return 0, 0, fmt.Errorf("unexpected output %q", res.Stdout)
-	}
-	return fw.at.Sub(start), time.Since(start), nil
+	return timedTiny(ctx, func() (runner, error) { return b.guest.NewSandbox(nil) })
 }
 
 // newSessionRun starts a session (a fresh interpreter from the base image),
 // runs print(1) in it and closes it. It returns the time to first output
 // and to the end.
 func (b *bench) newSessionRun(ctx context.Context) (first, total time.Duration, err error) {
+	return timedTiny(ctx, func() (runner, error) { return b.sessions.NewSession(ctx, nil) })
+}
+
+// runner is what a sandbox and a session have in common.
+type runner interface {
+	Run(ctx context.Context, code string, cfg *sandbox.Config) (*sandbox.Result, error)
+	Close() error
+}
+
+// timedTiny opens a runner, runs print(1) in it and closes it, and returns
+// the time to first output and to the end, from before the open.
+func timedTiny(ctx context.Context, open func() (runner, error)) (first, total time.Duration, err error) {
 	var fw firstWrite
 	start := time.Now()
-	s, err := b.sessions.NewSession(ctx, nil)
+	r, err := open()
 	if err != nil {
 		return 0, 0, err
 	}
-	res, err := s.Run(ctx, tiny, &sandbox.Config{Stdout: &fw})
-	s.Close()
+	res, err := r.Run(ctx, tiny, &sandbox.Config{Stdout: &fw})
+	r.Close()
 	if err != nil {
 		return 0, 0, err
 	}
