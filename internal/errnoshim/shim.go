@@ -271,38 +271,22 @@ func (s *shimmer) readImports(m *wasmbin.Module) error {
 	if sec == nil {
 		return nil
 	}
-	r := reader{B: sec.Payload}
-	n := r.Count(4)
-	for i := uint32(0); i < n && r.Err == nil; i++ {
-		module, name := r.Name(), r.Name()
-		switch kind := r.Byte(); kind {
-		case 0x00: // function: type index
-			t := r.U32()
-			if r.Err == nil && string(module) == ImportModule {
-				if err := s.wrap(s.importedFn, t, string(name)); err != nil {
+	imports, err := wasmbin.Imports(sec.Payload)
+	if err != nil {
+		return fmt.Errorf("errnoshim: import section: %w", err)
+	}
+	for _, im := range imports {
+		switch im.Kind {
+		case wasmbin.ImportFunc:
+			if im.Module == ImportModule {
+				if err := s.wrap(s.importedFn, im.Type, im.Name); err != nil {
 					return err
 				}
 			}
 			s.importedFn++
-		case 0x01: // table: reference type, limits
-			r.ValType()
-			r.Limits()
-		case 0x02: // memory: limits
-			r.Limits()
-		case 0x03: // global: value type, mutability
-			r.ValType()
-			r.Byte()
+		case wasmbin.ImportGlobal:
 			s.importedGl++
-		case 0x04: // tag: attribute, type index
-			r.Byte()
-			r.U32()
-		default:
-			r.Fail("import %d: unknown kind 0x%02x", i, kind)
 		}
-	}
-	r.End("import")
-	if r.Err != nil {
-		return fmt.Errorf("errnoshim: import section: %w", r.Err)
 	}
 	if len(s.wrappers) > 0 {
 		s.redirect = make([]uint32, s.importedFn)

@@ -252,42 +252,25 @@ func (in *instrumenter) imports(m *wasmbin.Module, typeIdx uint32) error {
 		m.Insert(wasmbin.Section{ID: wasmbin.SectionImport, Payload: append([]byte{1}, entry...)})
 		return nil
 	}
-	r := reader{B: s.Payload}
-	n := r.Count(4)
-	entries := r.Pos
-	for i := uint32(0); i < n && r.Err == nil; i++ {
-		module, name := r.Name(), r.Name()
-		if string(module) == ImportModule && string(name) == ImportName {
+	imports, err := wasmbin.Imports(s.Payload)
+	if err != nil {
+		return fmt.Errorf("fuel: import section: %w", err)
+	}
+	for _, im := range imports {
+		if im.Module == ImportModule && im.Name == ImportName {
 			return fmt.Errorf("%w: it imports %s.%s", ErrInstrumented, ImportModule, ImportName)
 		}
-		switch kind := r.Byte(); kind {
-		case 0x00: // function: type index
-			r.U32()
+		switch im.Kind {
+		case wasmbin.ImportFunc:
 			in.importedFuncs++
-		case 0x01: // table: reference type, limits
-			r.ValType()
-			r.Limits()
-		case 0x02: // memory: limits
-			r.Limits()
-		case 0x03: // global: value type, mutability
-			r.ValType()
-			r.Byte()
+		case wasmbin.ImportGlobal:
 			in.importedGlobals++
-		case 0x04: // tag: attribute, type index
-			r.Byte()
-			r.U32()
-		default:
-			r.Fail("import %d: unknown kind 0x%02x", i, kind)
 		}
 	}
-	if r.Err == nil && r.Pos != len(r.B) {
-		r.Fail("%d bytes after the last import", len(r.B)-r.Pos)
-	}
-	if r.Err != nil {
-		return fmt.Errorf("fuel: import section: %w", r.Err)
-	}
-	p := wasmbin.AppendU32(make([]byte, 0, len(r.B)+len(entry)+5), n+1)
-	p = append(p, r.B[entries:]...)
+	_, entries, _ := wasmbin.U32(s.Payload) // the count
+	n := uint32(len(imports))
+	p := wasmbin.AppendU32(make([]byte, 0, len(s.Payload)+len(entry)+5), n+1)
+	p = append(p, s.Payload[entries:]...)
 	s.Payload = append(p, entry...)
 	return nil
 }

@@ -126,3 +126,50 @@ func RemapElements(payload []byte, f FuncMap) ([]byte, error) {
 	r.End("element segment")
 	return p, r.Err
 }
+
+// Import kinds.
+const (
+	ImportFunc   = 0x00
+	ImportTable  = 0x01
+	ImportMemory = 0x02
+	ImportGlobal = 0x03
+	ImportTag    = 0x04
+)
+
+// Import is one entry of an import section.
+type Import struct {
+	Module, Name string
+	Kind         byte
+	// Type is a function import's type index.
+	Type uint32
+}
+
+// Imports decodes the payload of an import section.
+func Imports(payload []byte) ([]Import, error) {
+	r := Reader{B: payload}
+	n := r.Count(4)
+	var out []Import
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		im := Import{Module: string(r.Name()), Name: string(r.Name()), Kind: r.Byte()}
+		switch im.Kind {
+		case ImportFunc: // type index
+			im.Type = r.U32()
+		case ImportTable: // reference type, limits
+			r.ValType()
+			r.Limits()
+		case ImportMemory: // limits
+			r.Limits()
+		case ImportGlobal: // value type, mutability
+			r.ValType()
+			r.Byte()
+		case ImportTag: // attribute, type index
+			r.Byte()
+			r.U32()
+		default:
+			r.Fail("import %d: unknown kind 0x%02x", i, im.Kind)
+		}
+		out = append(out, im)
+	}
+	r.End("import")
+	return out, r.Err
+}
