@@ -121,13 +121,17 @@ var DeterministicEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // deterministicClock is a clock that advances with the fuel the run has
 // used (one nanosecond per unit) and the time it asked to sleep, so that
-// it reads the same at the same point of every run.
+// it reads the same at the same point of every run. offset is the time that
+// passed before the run (a session's earlier runs); onSleep, if set, is told
+// of every sleep.
 type deterministicClock struct {
-	r     *runState
-	slept time.Duration
+	r       *runState
+	offset  int64
+	slept   time.Duration
+	onSleep func(time.Duration)
 }
 
-func (c *deterministicClock) elapsed() int64 { return c.r.fuelUsed() + int64(c.slept) }
+func (c *deterministicClock) elapsed() int64 { return c.offset + c.r.fuelUsed() + int64(c.slept) }
 
 func (c *deterministicClock) walltime() (int64, int32) {
 	t := DeterministicEpoch.Add(time.Duration(c.elapsed()))
@@ -145,8 +149,30 @@ func (c *deterministicClock) sleep(ctx context.Context) sys.Nanosleep {
 		s(ns)
 		if ns > 0 {
 			c.slept += time.Duration(ns)
+			if c.onSleep != nil {
+				c.onSleep(time.Duration(ns))
+			}
 		}
 	}
+}
+
+// setClocks gives run r its clocks and sleep: deterministic ones (see
+// deterministicClock), or the host's real clock, with a monotonic clock
+// that starts at the run's start.
+func (r *runState) setClocks(ctx context.Context, deterministic bool, offset int64, onSleep func(time.Duration)) {
+	if deterministic {
+		c := &deterministicClock{r: r, offset: offset, onSleep: onSleep}
+		r.walltime, r.nanotime, r.sleep = c.walltime, c.nanotime, c.sleep(ctx)
+		return
+	}
+	var slept time.Duration
+	start := time.Now()
+	r.walltime = func() (int64, int32) {
+		now := time.Now()
+		return now.Unix(), int32(now.Nanosecond())
+	}
+	r.nanotime = func() int64 { return int64(time.Since(start)) }
+	r.sleep = sleeper(ctx, &slept)
 }
 
 // seededRand is a deterministic random source for deterministic mode.

@@ -396,8 +396,7 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 		if !g.fuel {
 			return nil, errNoFuel
 		}
-		clock := &deterministicClock{r: r}
-		r.walltime, r.nanotime, r.sleep = clock.walltime, clock.nanotime, clock.sleep(ctx)
+		r.setClocks(ctx, true, 0, nil)
 		mc = mc.WithWalltime(r.walltime, sys.ClockResolution(1)).
 			WithNanotime(r.nanotime, sys.ClockResolution(1)).
 			WithNanosleep(r.sleep).
@@ -406,14 +405,7 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 			env = withEnv(env, "PYTHONHASHSEED", "0")
 		}
 	} else {
-		var slept time.Duration
-		start := time.Now()
-		r.walltime = func() (int64, int32) {
-			now := time.Now()
-			return now.Unix(), int32(now.Nanosecond())
-		}
-		r.nanotime = func() int64 { return int64(time.Since(start)) }
-		r.sleep = sleeper(ctx, &slept)
+		r.setClocks(ctx, false, 0, nil)
 		mc = mc.WithWalltime(r.walltime, sys.ClockResolution(1000)).
 			WithNanotime(r.nanotime, sys.ClockResolution(1)).
 			WithNanosleep(r.sleep).

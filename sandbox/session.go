@@ -494,8 +494,7 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 	}
 	defer in.close()
 	r := &runState{ctx: ctx}
-	dc := &deterministicClock{r: r}
-	r.walltime, r.nanotime, r.sleep = dc.walltime, dc.nanotime, dc.sleep(ctx)
+	r.setClocks(ctx, true, 0, nil)
 	var stderr bytes.Buffer
 	in.stderr.w = &stderr
 	if err := in.call(ctx, r, DefaultFuel, &sb.errno, false); err != nil {
@@ -636,7 +635,8 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	maxOut := c.maxOutput()
 
 	r := &runState{ctx: ctx, refill: c.Refill}
-	s.clocks(ctx, r)
+	// Deterministic clocks go on from where the session's last run left them.
+	r.setClocks(ctx, s.cfg.Deterministic, s.fuel+int64(s.slept), func(d time.Duration) { s.slept += d })
 	stdout := &capture{max: maxOut, tee: c.Stdout}
 	stderr := &capture{max: maxOut, tee: c.Stderr}
 	if c.StopAtOutputLimit {
@@ -775,39 +775,6 @@ func (s *Session) finish(res *Result, out *outcome) error {
 		return &ExitError{Code: *out.Exit}
 	}
 	return nil
-}
-
-// clocks gives run r the session's clocks: real ones, or in deterministic
-// mode ones that go on from where the session's last run left them.
-func (s *Session) clocks(ctx context.Context, r *runState) {
-	if s.cfg.Deterministic {
-		fuelBefore, sleptBefore := s.fuel, s.slept
-		var slept time.Duration
-		elapsed := func() int64 { return fuelBefore + r.fuelUsed() + int64(sleptBefore+slept) }
-		r.walltime = func() (int64, int32) {
-			t := DeterministicEpoch.Add(time.Duration(elapsed()))
-			return t.Unix(), int32(t.Nanosecond())
-		}
-		r.nanotime = elapsed
-		var real time.Duration
-		sl := sleeper(ctx, &real)
-		r.sleep = func(ns int64) {
-			sl(ns)
-			if ns > 0 {
-				slept += time.Duration(ns)
-				s.slept += time.Duration(ns)
-			}
-		}
-		return
-	}
-	var slept time.Duration
-	r.walltime = func() (int64, int32) {
-		now := time.Now()
-		return now.Unix(), int32(now.Nanosecond())
-	}
-	start := time.Now()
-	r.nanotime = func() int64 { return int64(time.Since(start)) }
-	r.sleep = sleeper(ctx, &slept)
 }
 
 // openFiles counts the files the guest holds open, besides the runtime's
