@@ -103,7 +103,6 @@ type Sandbox struct {
 	g      *Guest
 	mounts []mounted // longest path first
 	order  []mounted // in preopen order
-	rootFS afero.Fs  // the in-memory root, nil when a mount replaces it
 	fscfg  wazero.FSConfig
 	errno  errnoSink
 	host   *hostcall.Server // nil without host functions or network
@@ -160,9 +159,6 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
 	s := &Sandbox{g: g}
-	if !hasRoot {
-		s.rootFS = mounts[0].FS
-	}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	for i, m := range mounts {
 		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report, MaxOpen: DefaultMaxOpen}

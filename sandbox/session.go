@@ -149,7 +149,6 @@ type Session struct {
 // instance is one wazero instance of the session build and the host side
 // of its stdin, which pauses and resumes it.
 type instance struct {
-	g   *Guest
 	mod api.Module
 	mem *memoryAllocator
 
@@ -283,7 +282,7 @@ func (in *instance) linear() []byte { return in.mem.mem.buf }
 // newInstance instantiates the session build with the session's I/O. It
 // does not start it.
 func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *sessionClock, rnd io.Reader, env map[string]string, args []string, memLimit, reserve uint64) (*instance, error) {
-	in := &instance{g: g, mem: &memoryAllocator{limit: memLimit, reserve: reserve}}
+	in := &instance{mem: &memoryAllocator{limit: memLimit, reserve: reserve}}
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().

@@ -38,7 +38,7 @@ var (
 	ErrSnapshotLayout = errors.New("snapshot mount layout does not match")
 )
 
-// SnapshotArgs are the arguments recorded in a snapshot: the driver's source
+// snapshotArgs are the arguments recorded in a snapshot: the driver's source
 // is represented by its name.
 var snapshotArgs = []string{"python", "-u", "-B", "-c", "<session driver>"}
 
