@@ -71,7 +71,9 @@ type Options struct {
 	// Guest.NewSession needs: CPython prepared so that it can pause between
 	// runs (asyncify, by Binaryen's wasm-opt; `fumehood guest install
 	// --session` prepares it). It runs code 25-50% slower than the plain
-	// build, so ask for it only where sessions are used.
+	// build, so ask for it only where sessions are used. While it compiles,
+	// CompilePython also reads the cached base image of sessions without
+	// mounts (about 10 MB, kept for the first NewSession).
 	Sessions bool
 }
 
