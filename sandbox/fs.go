@@ -119,10 +119,8 @@ func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
 	return g.newSandbox(cfg, false)
 }
 
-// newSandbox creates a sandbox. For sessions (session set), its mounts
-// report device numbers 1, 2, ... in mount order, the same in every
-// process, and a mount may stand in for the host-call channel while a base
-// image is taken.
+// newSandbox creates a sandbox. For sessions (session set), a mount may
+// stand in for the host-call channel while a base image is taken.
 func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	var c SandboxConfig
 	if cfg != nil {
@@ -161,10 +159,14 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	s := &Sandbox{g: g}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	for i, m := range mounts {
-		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report, MaxOpen: DefaultMaxOpen}
-		if session {
-			opts.Device = uint64(i + 1)
-		}
+		// Device numbers 1, 2, ... in mount order: distinct within the
+		// sandbox, which is all a guest can compare, and the same in every
+		// sandbox and process, so that what a guest computes from a stat
+		// does not depend on how many file systems the process made before
+		// (CPython caches small ints: a device number past 256 costs fuel,
+		// which broke deterministic runs).
+		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report,
+			MaxOpen: DefaultMaxOpen, Device: uint64(i + 1)}
 		fsys, err := wasi.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)
