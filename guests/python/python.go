@@ -81,7 +81,7 @@ func CacheDir(dir string) (string, error) {
 var Steps = []pipeline.Step{
 	{Name: "strip-debug", Version: 1, Apply: stripDebug},
 	{Name: "errno", Version: 1, Apply: shimErrno},
-	{Name: "fuel", Version: 3, Apply: meterFuel},
+	{Name: "fuel", Version: 4, Apply: meterFuel},
 }
 
 // shimErrno lets the host pass the guest errnos that wazero cannot express,

@@ -3,6 +3,7 @@ package fuel
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
@@ -49,6 +50,8 @@ func (in *instrumenter) code(payload []byte) ([]byte, error) {
 	bodies := r.Pos
 	in.entryCost = make([]int64, n)
 	in.calls = make([]bool, n)
+	in.bodyCost = make([]int64, n)
+	in.sites = make([][]site, n)
 	for i := uint32(0); i < n && r.Err == nil; i++ {
 		body := r.Bytes(r.U32())
 		if r.Err != nil {
@@ -59,7 +62,13 @@ func (in *instrumenter) code(payload []byte) ([]byte, error) {
 		}
 		in.entryCost[i] = in.events[0].val
 		in.calls[i] = in.makesCalls
+		in.bodyCost[i] = in.cost
+		in.sites[i] = slices.Clone(in.scanSites)
 	}
+	if r.Err == nil && uint32(len(in.funcTypes)) != n {
+		return nil, fmt.Errorf("%w: %d function bodies for %d functions", wasmbin.ErrMalformed, n, len(in.funcTypes))
+	}
+	in.checks()
 	r.Pos = bodies
 	out := make([]byte, 0, len(payload)+len(payload)/4+64)
 	out = append(out, payload[:r.Pos]...)
@@ -129,6 +138,7 @@ func (in *instrumenter) function(body []byte, i int) ([]byte, error) {
 	}
 	expr := body[r.Pos:]
 	in.makesCalls = false
+	in.scanSites = in.scanSites[:0]
 	if err := in.scan(expr); err != nil {
 		return nil, err
 	}
@@ -138,7 +148,7 @@ func (in *instrumenter) function(body []byte, i int) ([]byte, error) {
 	// The first pass saw no callee costs, and merging only adds to the
 	// entry region, so its cost then is at most its cost now.
 	in.events[0].val -= in.paidByCaller(in.importedFuncs + uint32(i))
-	in.entryCheck = in.calls[i]
+	in.entryCheck = in.checked[i]
 	in.body = append(in.body[:0], body[:r.Pos]...)
 	in.body = in.emit(in.body, expr)
 	return in.body, nil
@@ -251,6 +261,12 @@ func (in *instrumenter) scan(expr []byte) error {
 					return fmt.Errorf("%w: offset %d: unbalanced end or delegate", wasmbin.ErrMalformed, pos)
 				}
 				in.events = ev
+				in.cost = 0
+				for _, e := range ev {
+					if e.kind != evFunc {
+						in.cost += e.val
+					}
+				}
 				in.merge()
 				return nil
 			}
@@ -324,18 +340,23 @@ func (in *instrumenter) scan(expr []byte) error {
 					in.escape(ins.Index)
 				} else {
 					ev[region].val += in.paidByCaller(ins.Index)
+					in.scanSites = append(in.scanSites, site{callee: ins.Index})
 				}
 				if ins.Index == math.MaxUint32 {
 					return fmt.Errorf("%w: function index %d out of range", wasmbin.ErrMalformed, ins.Index)
 				}
 				ev = append(ev, event{off: pos + 1, n: ins.Len - 1, val: int64(ins.Index + 1), kind: evFunc})
+			} else if ins.Op != wasmbin.OpRefFunc {
+				in.scanSites = append(in.scanSites, site{callee: ins.Index})
 			}
 		case opCallIndirect, opCallRef:
 			ev[region].val++
 			in.makesCalls = true
+			in.indirectSite(ins)
 		case opReturnCallIndirect, opReturnCallRef:
 			ev[region].val++
 			in.makesCalls = true
+			in.indirectSite(ins)
 			leaveAll()
 			ev[region].exit, dead = true, true
 		default:
@@ -481,4 +502,13 @@ func (in *instrumenter) appendCharge(out []byte, cost int64) []byte {
 	out = append(out, in.charge...)
 	out = wasmbin.AppendS64(out, cost)
 	return append(out, in.sub...)
+}
+
+// indirectSite records an indirect call for the first pass.
+func (in *instrumenter) indirectSite(ins wasmbin.Instr) {
+	t := ins.Index
+	if ins.Op == opCallRef || ins.Op == opReturnCallRef {
+		t = anyType
+	}
+	in.scanSites = append(in.scanSites, site{callee: t, indirect: true})
 }

@@ -29,12 +29,20 @@
 //     entry region. A cost moved this way is paid whenever its code runs,
 //     and also when the paying region branches or returns before it.
 //   - At each loop header (which costs at least 1 per iteration), and at
-//     the entry of each function that calls any function (which only such
-//     a function can do in a recursion), after the subtraction, the
-//     code calls the import if the fuel is negative. The host then either
-//     refills the global (through api.MutableGlobal) and returns, so the
-//     guest goes on where it was, or ends the run, for example by
-//     panicking with an error, which wazero returns from the call.
+//     the entry of the functions a recursion could pass through, after the
+//     subtraction, the code calls the import if the fuel is negative. The
+//     host then either refills the global (through api.MutableGlobal) and
+//     returns, so the guest goes on where it was, or ends the run, for
+//     example by panicking with an error, which wazero returns from the
+//     call.
+//   - A function checks on entry if it is on a cycle of direct calls, or
+//     if it makes calls and a table, reference, export or the start
+//     function names it (every other recursion passes through one of
+//     those). Any other function that makes calls checks only if what it
+//     may run before the next check, its callees included, could cost more
+//     than 10,000. So the small helpers a hot path calls most do not hold
+//     a check, whose call out of line makes wazero's code for the whole
+//     function slower.
 //
 // As the global starts at 0, the guest asks for fuel at the first check
 // after it has done any work, which may be in the start function during
@@ -126,8 +134,16 @@ type instrumenter struct {
 	calls     []bool
 	escaped   map[uint32]bool // see escape
 
-	makesCalls bool // the function being scanned calls a function
-	entryCheck bool // the function being emitted checks on entry
+	sigs      []string // by type index, the encoding of its signature
+	funcTypes []uint32 // by defined function, its type index
+	bodyCost  []int64  // by defined function, the cost of all its code
+	sites     [][]site // by defined function, the calls it makes
+	checked   []bool   // by defined function, whether it checks on entry
+	scanSites []site   // the calls of the function being scanned, in the first pass
+
+	cost       int64 // the cost of all the code of the function scanned last
+	makesCalls bool  // the function being scanned calls a function
+	entryCheck bool  // the function being emitted checks on entry
 	frames     []frame
 	body       []byte
 	charge     []byte // global.get $fuel; i64.const; the cost goes after
@@ -144,6 +160,9 @@ func (in *instrumenter) instrument(m *wasmbin.Module) error {
 		return err
 	}
 	if err := in.globals(m); err != nil {
+		return err
+	}
+	if err := in.functions(m); err != nil {
 		return err
 	}
 	if err := in.exports(m); err != nil {
@@ -211,10 +230,13 @@ func (in *instrumenter) types(m *wasmbin.Module) (uint32, error) {
 	r := reader{B: s.Payload}
 	n := r.Count(3)
 	entries := r.Pos
+	found := false
+	var idx uint32
 	for i := uint32(0); i < n && r.Err == nil; i++ {
 		if form := r.Byte(); form != funcType && r.Err == nil {
 			return 0, fmt.Errorf("fuel: type %d: unsupported form 0x%02x", i, form)
 		}
+		start := r.Pos
 		params := r.Count(1)
 		for j := uint32(0); j < params; j++ {
 			r.ValType()
@@ -223,8 +245,12 @@ func (in *instrumenter) types(m *wasmbin.Module) (uint32, error) {
 		for j := uint32(0); j < results; j++ {
 			r.ValType()
 		}
-		if params == 0 && results == 0 && r.Err == nil {
-			return i, nil
+		if r.Err != nil {
+			break
+		}
+		in.sigs = append(in.sigs, string(r.B[start:r.Pos]))
+		if params == 0 && results == 0 && !found {
+			found, idx = true, i
 		}
 	}
 	if r.Err == nil && r.Pos != len(r.B) {
@@ -232,6 +258,9 @@ func (in *instrumenter) types(m *wasmbin.Module) (uint32, error) {
 	}
 	if r.Err != nil {
 		return 0, fmt.Errorf("fuel: type section: %w", r.Err)
+	}
+	if found {
+		return idx, nil
 	}
 	p := wasmbin.AppendU32(make([]byte, 0, len(r.B)+8), n+1)
 	p = append(p, r.B[entries:]...)
@@ -349,4 +378,23 @@ func (in *instrumenter) exports(m *wasmbin.Module) error {
 func appendName(b []byte, s string) []byte {
 	b = wasmbin.AppendU32(b, uint32(len(s)))
 	return append(b, s...)
+}
+
+// functions reads the type index of every defined function.
+func (in *instrumenter) functions(m *wasmbin.Module) error {
+	s := m.Section(wasmbin.SectionFunction)
+	if s == nil {
+		return nil
+	}
+	r := reader{B: s.Payload}
+	n := r.Count(1)
+	in.funcTypes = make([]uint32, 0, n)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		in.funcTypes = append(in.funcTypes, r.U32())
+	}
+	r.End("function section")
+	if r.Err != nil {
+		return fmt.Errorf("fuel: function section: %w", r.Err)
+	}
+	return nil
 }

@@ -60,8 +60,8 @@ func TestCallerPaysForCalleeEntry(t *testing.T) {
 	)
 	m, err := wasmbin.Parse(mustInstrument(t, in))
 	require.NoError(t, err)
-	// The caller pays 2 for the entry of function 2 (now 3), and is
-	// checked as it calls defined functions; the callees are not.
+	// The caller pays 2 for the entry of function 2 (now 3), and checks,
+	// as the host may call it and it calls functions; the callees do not.
 	assert.Equal(t, vec(
 		fn(nil, charge(4), check, call(2), call(3)),
 		fn(nil, charge(2), cat(callee...)),
