@@ -65,7 +65,10 @@ func (in *instrumenter) code(payload []byte) ([]byte, error) {
 		in.bodyCost[i] = in.cost
 		in.sites[i] = slices.Clone(in.scanSites)
 	}
-	if r.Err == nil && uint32(len(in.funcTypes)) != n {
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	if uint32(len(in.funcTypes)) != n {
 		return nil, fmt.Errorf("%w: %d function bodies for %d functions", wasmbin.ErrMalformed, n, len(in.funcTypes))
 	}
 	in.checks()
