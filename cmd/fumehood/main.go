@@ -28,6 +28,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -71,6 +72,19 @@ Run 'fumehood run -h' for the flags of run and repl.
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
+
+// parse parses a command's flags. It reports help when -h or -help asked
+// for the usage, which fs has printed; any other bad flag is a usageError.
+func parse(fs *flag.FlagSet, args []string) (help bool, err error) {
+	err = fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return true, nil
+	}
+	if err != nil {
+		return false, &usageError{err.Error()}
+	}
+	return false, nil
+}
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {

@@ -38,11 +38,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
 	var network networkFlags
 	network.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &usageError{err.Error()}
+	if help, err := parse(fs, args); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &usageError{"mcp takes no arguments"}

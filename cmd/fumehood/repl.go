@@ -31,11 +31,8 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	var c common
 	c.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, nil
-		}
-		return 0, &usageError{err.Error()}
+	if help, err := parse(fs, args); help || err != nil {
+		return 0, err
 	}
 	if fs.NArg() > 0 {
 		return 0, &usageError{"repl takes no arguments"}

@@ -222,11 +222,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
 	var c common
 	c.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, nil
-		}
-		return 0, &usageError{err.Error()}
+	if help, err := parse(fs, args); help || err != nil {
+		return 0, err
 	}
 	rest := fs.Args()
 	codeSet := false
