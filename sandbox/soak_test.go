@@ -20,17 +20,43 @@ import (
 	"github.com/fumehood/fumehood/sandbox"
 )
 
-// soakRuns is how many runs the soak tests make: a few hundred in `go test`,
-// $FUMEHOOD_SOAK_RUNS (10,000 in `make soak`) when set.
-func soakRuns(t *testing.T, short int) int {
+// soakRuns is how many runs a soak test makes: short in `go test`, the
+// number in the environment variable env when set (as `make soak` does).
+func soakRuns(t *testing.T, env string, short int) int {
 	t.Helper()
-	s := os.Getenv("FUMEHOOD_SOAK_RUNS")
+	s := os.Getenv(env)
 	if s == "" {
 		return short
 	}
 	n, err := strconv.Atoi(s)
-	require.NoError(t, err, "FUMEHOOD_SOAK_RUNS")
+	require.NoError(t, err, env)
 	return n
+}
+
+// soak calls oneRun warmup times, then runs times, and checks that the
+// goroutines and live heap of the process did not grow over the second lot.
+func soak(t *testing.T, what string, warmup, runs int, oneRun func(i int)) {
+	t.Helper()
+	for i := range warmup { // wazero and the runtime fill their caches
+		oneRun(i)
+	}
+	before := measure()
+	start := time.Now()
+	for i := range runs {
+		oneRun(i)
+	}
+	elapsed := time.Since(start)
+	after := measure()
+	// Goroutines that end asynchronously (a deadline's timer) get a moment.
+	for deadline := time.Now().Add(5 * time.Second); after.goroutines > before.goroutines && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		after = measure()
+	}
+	t.Logf("%d %s runs in %v (%v a run): goroutines %d -> %d, live heap %.1f -> %.1f MiB",
+		runs, what, elapsed.Round(time.Millisecond), (elapsed / time.Duration(runs)).Round(time.Microsecond),
+		before.goroutines, after.goroutines, mib(before.heap), mib(after.heap))
+	assert.LessOrEqual(t, after.goroutines, before.goroutines)
+	assert.LessOrEqual(t, after.heap, before.heap+soakNoise)
 }
 
 // usage is what the process holds: goroutines and live heap after a
@@ -60,7 +86,7 @@ const soakNoise = 8 << 20
 func TestSoakOneShot(t *testing.T) {
 	g := goGuest(t)
 	ctx := context.Background()
-	runs := soakRuns(t, 200)
+	runs := soakRuns(t, "FUMEHOOD_SOAK_RUNS", 200)
 	oneRun := func(i int) {
 		var err error
 		var res *sandbox.Result
@@ -92,26 +118,7 @@ func TestSoakOneShot(t *testing.T) {
 			s.Close()
 		}
 	}
-	for i := range 60 { // warm up: wazero and the runtime fill their caches
-		oneRun(i)
-	}
-	before := measure()
-	start := time.Now()
-	for i := range runs {
-		oneRun(i)
-	}
-	elapsed := time.Since(start)
-	after := measure()
-	// Goroutines that end asynchronously (a deadline's timer) get a moment.
-	for deadline := time.Now().Add(5 * time.Second); after.goroutines > before.goroutines && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		after = measure()
-	}
-	t.Logf("%d one-shot runs in %v (%v a run): goroutines %d -> %d, live heap %.1f -> %.1f MiB",
-		runs, elapsed.Round(time.Millisecond), (elapsed / time.Duration(runs)).Round(time.Microsecond),
-		before.goroutines, after.goroutines, mib(before.heap), mib(after.heap))
-	assert.LessOrEqual(t, after.goroutines, before.goroutines)
-	assert.LessOrEqual(t, after.heap, before.heap+soakNoise)
+	soak(t, "one-shot", 60, runs, oneRun)
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
@@ -124,12 +131,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 func TestSoakSessions(t *testing.T) {
 	g := testenv.PythonSessions(t)
 	ctx := context.Background()
-	runs := 200
-	if v := os.Getenv("FUMEHOOD_SOAK_SESSION_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err, "FUMEHOOD_SOAK_SESSION_RUNS")
-		runs = n
-	}
+	runs := soakRuns(t, "FUMEHOOD_SOAK_SESSION_RUNS", 200)
 	s, err := g.NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer func() { s.Close() }()
@@ -173,21 +175,7 @@ func TestSoakSessions(t *testing.T) {
 			s = r
 		}
 	}
-	for i := range 50 {
-		oneRun(i)
-	}
-	before := measure()
-	start := time.Now()
-	for i := range runs {
-		oneRun(i)
-	}
-	elapsed := time.Since(start)
-	after := measure()
-	t.Logf("%d session runs in %v (%v a run): goroutines %d -> %d, live heap %.1f -> %.1f MiB",
-		runs, elapsed.Round(time.Millisecond), (elapsed / time.Duration(runs)).Round(time.Microsecond),
-		before.goroutines, after.goroutines, mib(before.heap), mib(after.heap))
-	assert.LessOrEqual(t, after.goroutines, before.goroutines)
-	assert.LessOrEqual(t, after.heap, before.heap+soakNoise)
+	soak(t, "session", 50, runs, oneRun)
 }
 
 // TestConcurrentSandboxes runs 100 sandboxes at once on one Guest, each
