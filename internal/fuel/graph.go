@@ -47,112 +47,72 @@ type site struct {
 func (in *instrumenter) checks() {
 	n := len(in.bodyCost)
 	in.checked = make([]bool, n)
+	escaped := func(f int) bool { return in.escaped[in.importedFuncs+uint32(f)] }
+	// callee returns the defined function a direct call site calls, or -1.
+	callee := func(s site) int {
+		if s.indirect || s.callee < in.importedFuncs || int(s.callee-in.importedFuncs) >= n {
+			return -1
+		}
+		return int(s.callee - in.importedFuncs)
+	}
 
-	// The graph has a node per defined function, then a node per
-	// signature that escaped functions have, then a node for any escaped
-	// function. An indirect call or a call of an import leads to the node
-	// of its signature or to the last, which lead to the functions they
-	// stand for.
-	sigNode := map[string]int{}
-	var targets [][]int32 // by node - n
-	var escaped []int32
-	for i := 0; i < n; i++ {
-		if !in.escaped[in.importedFuncs+uint32(i)] {
+	// Every function that makes calls and that a table, reference, export
+	// or the start function names checks, so an indirect call, or a host
+	// function calling back, reaches unchecked only functions that make
+	// no calls: the costliest of them, by signature, bounds what it runs.
+	leafMax := map[string]int64{}
+	var leafAny int64
+	for f := 0; f < n; f++ {
+		if !escaped(f) {
 			continue
 		}
-		escaped = append(escaped, int32(i))
-		sig := ""
-		if t := in.funcTypes[i]; int(t) < len(in.sigs) {
-			sig = in.sigs[t]
+		if in.calls[f] {
+			in.checked[f] = true
+			continue
 		}
-		k, ok := sigNode[sig]
-		if !ok {
-			k = n + len(targets)
-			sigNode[sig] = k
-			targets = append(targets, nil)
+		leafAny = max(leafAny, in.bodyCost[f])
+		if t := in.funcTypes[f]; int(t) < len(in.sigs) {
+			leafMax[in.sigs[t]] = max(leafMax[in.sigs[t]], in.bodyCost[f])
 		}
-		targets[k-n] = append(targets[k-n], int32(i))
 	}
-	anyNode := n + len(targets)
-	targets = append(targets, escaped)
-	g := graph{nodes: anyNode + 1}
-
-	// succ returns the node a call site leads to, or -1.
-	succ := func(s site) int {
+	indirect := func(s site) int64 {
 		switch {
-		case !s.indirect && s.callee >= in.importedFuncs:
-			if i := int(s.callee - in.importedFuncs); i < n {
-				return i
-			}
-			return -1
-		case !s.indirect: // an import
-			return anyNode
+		case !s.indirect: // an import, which may call back an export
+			return leafAny
 		case s.callee == anyType || int(s.callee) >= len(in.sigs):
-			return anyNode
+			return leafAny
 		}
-		if k, ok := sigNode[in.sigs[s.callee]]; ok {
-			return k
-		}
-		return -1 // no function of that signature may be called so
-	}
-	g.edge = func(v, j int) (int, bool) {
-		if v < n {
-			if j >= len(in.sites[v]) {
-				return 0, false
-			}
-			return succ(in.sites[v][j]), true
-		}
-		t := targets[v-n]
-		if j >= len(t) {
-			return 0, false
-		}
-		return int(t[j]), true
-	}
-	for _, f := range escaped {
-		in.checked[f] = in.calls[f]
+		return leafMax[in.sigs[s.callee]]
 	}
 
 	// Cycles of direct calls.
-	direct := graph{nodes: n, edge: func(v, j int) (int, bool) {
+	g := graph{nodes: n, edge: func(v, j int) (int, bool) {
 		if j >= len(in.sites[v]) {
 			return 0, false
 		}
-		if w := succ(in.sites[v][j]); w < n {
-			return w, true
-		}
-		return -1, true
+		return callee(in.sites[v][j]), true
 	}}
-	for f, c := range direct.cyclic() {
+	for f, c := range g.cyclic() {
 		in.checked[f] = in.checked[f] || c
 	}
 
-	// Every cycle now holds a check, so what runs unchecked forms no cycle
-	// (an escaped function without calls ends every path through it):
-	// bound it callees first.
-	bound := make([]int64, g.nodes) // what a node may run unchecked
-	g.postorder(func(v int) bool { return v >= n || !in.checked[v] }, func(v int) {
-		var b int64
-		if v < n {
-			b = in.bodyCost[v]
-		}
-		for j := 0; ; j++ {
-			w, ok := g.edge(v, j)
-			if !ok {
-				break
-			}
-			if w < 0 || w < n && in.checked[w] {
-				continue
-			}
-			if v < n {
-				b += bound[w] // each call site runs at most once
-			} else {
-				b = max(b, bound[w]) // one of the targets runs
+	// Every cycle now holds a check, so the unchecked functions' direct
+	// calls form no cycle: bound what each may run, callees first.
+	bound := make([]int64, n) // what a function may run unchecked
+	g.postorder(func(f int) bool { return !in.checked[f] }, func(f int) {
+		b := in.bodyCost[f]
+		for _, s := range in.sites[f] {
+			switch g := callee(s); {
+			case g < 0:
+				b += indirect(s)
+			case !in.checked[g]:
+				b += bound[g] // each call site runs at most once
 			}
 			b = min(b, maxUnchecked+1)
 		}
-		bound[v] = b
-		if v < n && b > maxUnchecked && in.calls[v] {
-			in.checked[v] = true
+		bound[f] = b
+		if b > maxUnchecked && in.calls[f] {
+			in.checked[f] = true
 		}
 	})
 }
