@@ -84,16 +84,16 @@ func BenchmarkRunPrint(b *testing.B) {
 	}
 }
 
-// plainPython compiles the Python guest without fuel metering: the
-// baseline that BenchmarkFuelOverhead compares with.
-func plainPython(b *testing.B) *Guest {
+// plainPython compiles the Python guest as the first n preparation steps
+// leave it, which the pipeline keeps in its store: the baselines that
+// BenchmarkFuelOverhead compares with.
+func plainPython(b *testing.B, n int) *Guest {
 	ctx := context.Background()
 	dir, err := python.CacheDir("")
 	require.NoError(b, err)
 	store := pipeline.NewStore(filepath.Join(dir, "guests"))
-	d, ok := store.Lookup(python.SourceSHA256, python.Steps[:1])
+	d, ok := store.Lookup(python.SourceSHA256, python.Steps[:n])
 	require.True(b, ok, "the Python guest is needed; `make test` installs it")
-	require.Equal(b, "strip-debug", python.Steps[0].Name)
 	wasm, err := store.Get(d)
 	require.NoError(b, err)
 	g, err := compile(ctx, wasm, &Options{})
@@ -108,16 +108,29 @@ func median(d []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// BenchmarkFuelOverhead runs the same programs on the plain and the
-// fuel-metered guest, in pairs run back to back, and reports the median
-// times and the median of the pairs' ratios, in wall time and in the
-// process's CPU time (which a busy machine's stolen time distorts less):
+// BenchmarkFuelOverhead runs the same programs on three builds of the
+// guest, back to back: plain (only its debug sections stripped), unmetered
+// (every preparation step but the last, fuel) and metered (the guest
+// CompilePython uses). It reports the median times and the medians of
+// the ratios within each round:
+//
+//   - fuel/plain, and fuel/plain-cpu in the process's CPU time (which a
+//     busy machine's stolen time distorts less): the overhead against the
+//     guest as published;
+//   - fuel/unmetered: the overhead of the fuel step alone;
+//   - unmetered/plain: the steps between, which do not touch the code a
+//     computation runs, so this ratio shows how far code placement alone
+//     moves a build's speed.
 //
 //	go test ./sandbox -run '^$' -bench FuelOverhead -benchtime 20x
 func BenchmarkFuelOverhead(b *testing.B) {
 	ctx := context.Background()
-	plain := plainPython(b)
+	require.Equal(b, "strip-debug", python.Steps[0].Name)
+	require.Equal(b, "fuel", python.Steps[len(python.Steps)-1].Name)
+	plain := plainPython(b, 1)
 	defer plain.Close(ctx)
+	unmetered := plainPython(b, len(python.Steps)-1)
+	defer unmetered.Close(ctx)
 	metered, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
 	defer metered.Close(ctx)
@@ -129,23 +142,27 @@ func BenchmarkFuelOverhead(b *testing.B) {
 	for name, code := range programs {
 		b.Run(name, func(b *testing.B) {
 			var tp, tm []time.Duration
-			var wall, cpu []float64
+			var wall, cpu, alone, steps []float64
 			for b.Loop() {
-				var w, c [2]time.Duration
-				for i, g := range []*Guest{plain, metered} {
+				var w, c [3]time.Duration
+				for i, g := range []*Guest{plain, unmetered, metered} {
 					before := processCPU(b)
 					res, err := g.Run(ctx, code, &Config{Fuel: UnlimitedFuel})
 					require.NoError(b, err)
 					w[i], c[i] = res.Duration, processCPU(b)-before
 				}
-				tp, tm = append(tp, w[0]), append(tm, w[1])
-				wall = append(wall, float64(w[1])/float64(w[0]))
-				cpu = append(cpu, float64(c[1])/float64(c[0]))
+				tp, tm = append(tp, w[0]), append(tm, w[2])
+				wall = append(wall, float64(w[2])/float64(w[0]))
+				cpu = append(cpu, float64(c[2])/float64(c[0]))
+				alone = append(alone, float64(w[2])/float64(w[1]))
+				steps = append(steps, float64(w[1])/float64(w[0]))
 			}
 			b.ReportMetric(float64(median(tp).Microseconds())/1000, "plain-ms")
 			b.ReportMetric(float64(median(tm).Microseconds())/1000, "fuel-ms")
 			b.ReportMetric(medianFloat(wall), "fuel/plain")
 			b.ReportMetric(medianFloat(cpu), "fuel/plain-cpu")
+			b.ReportMetric(medianFloat(alone), "fuel/unmetered")
+			b.ReportMetric(medianFloat(steps), "unmetered/plain")
 		})
 	}
 }
