@@ -122,6 +122,8 @@ func median(d []time.Duration) time.Duration {
 //     computation runs, so this ratio shows how far code placement alone
 //     moves a build's speed.
 //
+// Run it with:
+//
 //	go test ./sandbox -run '^$' -bench FuelOverhead -benchtime 20x
 func BenchmarkFuelOverhead(b *testing.B) {
 	ctx := context.Background()

@@ -199,36 +199,30 @@ func (g graph) cyclic() []bool {
 // called for every successor of the node that keep accepts. The nodes keep
 // accepts must form no cycle.
 func (g graph) postorder(keep func(v int) bool, done func(v int)) {
-	const (
-		unvisited = iota
-		open
-		closed
-	)
-	state := make([]uint8, g.nodes)
+	visited := make([]bool, g.nodes)
 	type frame struct {
 		v    int32
 		next int
 	}
 	var work []frame
 	for root := 0; root < g.nodes; root++ {
-		if state[root] != unvisited || !keep(root) {
+		if visited[root] || !keep(root) {
 			continue
 		}
-		state[root] = open
+		visited[root] = true
 		work = append(work[:0], frame{v: int32(root)})
 		for len(work) > 0 {
 			top := &work[len(work)-1]
 			v := int(top.v)
 			if w, ok := g.edge(v, top.next); ok {
 				top.next++
-				if w >= 0 && state[w] == unvisited && keep(w) {
-					state[w] = open
+				if w >= 0 && !visited[w] && keep(w) {
+					visited[w] = true
 					work = append(work, frame{v: int32(w)})
 				}
 				continue
 			}
 			work = work[:len(work)-1]
-			state[v] = closed
 			done(v)
 		}
 	}
