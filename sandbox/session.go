@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -404,10 +406,8 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 	if c.MemoryLimit == 0 {
 		c.MemoryLimit = g.memoryLimit
 	}
-	for _, k := range sortedKeys(c.Env) {
-		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(c.Env[k]), 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: invalid environment variable %q", k)
-		}
+	if err := checkEnv(c.Env); err != nil {
+		return nil, err
 	}
 	for _, m := range c.Mounts {
 		if m.Path == ControlPath || hasPrefixPath(m.Path, ControlPath) {
@@ -451,6 +451,40 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 		s.rand = rand.Reader
 	}
 	return s, nil
+}
+
+// maxEnvBytes bounds a session's environment, keys and values: half of
+// what a snapshot's header may hold.
+const maxEnvBytes = snapshot.MaxHeader / 2
+
+// checkEnv checks a session's environment: valid names and values, and no
+// more than a snapshot's header can hold, so that every session can be
+// snapshotted.
+func checkEnv(env map[string]string) error {
+	n := 0
+	for _, k := range sortedKeys(env) {
+		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(env[k]), 0) >= 0 {
+			return fmt.Errorf("sandbox: invalid environment variable %q", k)
+		}
+		n += len(k) + len(env[k])
+	}
+	if len(env) > snapshot.MaxEnv || n > maxEnvBytes {
+		return fmt.Errorf("sandbox: an environment of %d variables and %d bytes (at most %d and %d)", len(env), n, snapshot.MaxEnv, maxEnvBytes)
+	}
+	return nil
+}
+
+// deriveSeed gives the random stream of a resumed deterministic session:
+// from its seed and its run count, so that it does not replay the stream
+// the session started with, and is the same on every resume of the same
+// snapshot.
+func deriveSeed(seed uint64, runs int64) uint64 {
+	var b [8 + 8 + 24]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	binary.LittleEndian.PutUint64(b[8:], uint64(runs))
+	copy(b[16:], "fumehood resumed session")
+	sum := sha256.Sum256(b[:])
+	return binary.LittleEndian.Uint64(sum[:])
 }
 
 func hasPrefixPath(p, dir string) bool {
@@ -555,7 +589,7 @@ type request struct {
 	N        int64             `json:"n"`
 	Result   string            `json:"result"`
 	Seed     string            `json:"seed,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
+	Env      map[string]string `json:"env"` // not omitempty: {} clears the base image's environment
 	MaxValue int               `json:"max_value"`
 	// Path is put at the front of sys.path, and Site names directories
 	// whose sitecustomize module is run: the fumehood module's, sent with

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -208,7 +209,10 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 	if lim.MaxFiles == 0 {
 		lim.MaxFiles = 1 << 24
 	}
-	lim.MaxSize = int64(lim.MaxMemory) + min(lim.MaxFileBytes, 1<<40) + min(lim.MaxFiles, 1<<24)*8192 + 1<<20
+	// The most a snapshot within those limits can take: Decode reads no
+	// more than that, as a stream, and checks the header (at most
+	// snapshot.MaxHeader) before it reads the rest.
+	lim.MaxSize = int64(lim.MaxMemory) + min(lim.MaxFileBytes, 1<<40) + min(lim.MaxFiles, 1<<24)*8192 + snapshot.MaxHeader + 1<<16
 	snap, err := snapshot.Decode(r, lim)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: resume: %w", err)
@@ -216,6 +220,9 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 	h := &snap.Header
 	if h.Guest != g.id {
 		return nil, fmt.Errorf("sandbox: resume: %w: it needs build %.12s, this guest is %.12s", ErrSnapshotGuest, h.Guest, g.id)
+	}
+	if err := checkEnv(h.Env); err != nil {
+		return nil, fmt.Errorf("sandbox: resume: %w: %w", ErrSnapshotCorrupt, err)
 	}
 	c.Env, c.Deterministic, c.Seed = h.Env, h.Deterministic, h.Seed
 	var root int = -1
@@ -272,6 +279,11 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 	}
 	s.base, s.ckpt = base, ck
 	s.runs, s.fuel, s.slept = h.Runs, h.FuelUsed, time.Duration(h.ClockNanos)
+	if h.Deterministic {
+		// Not the stream the session began with, which its memory may
+		// already reflect (tempfile names, say): one of its own.
+		s.rand = seededRand(deriveSeed(h.Seed, h.Runs))
+	}
 	s.reseed = true
 	if err := s.instantiate(ctx); err != nil {
 		return fail(err)
@@ -320,6 +332,16 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 	}
 	c := s.cfg
 	c.Env = s.env
+	if c.Deterministic {
+		// The fork's seed is drawn from the parent's stream: forks
+		// differ from each other and from their parent, and the same
+		// forks of the same session are the same.
+		var seed [8]byte
+		if _, err := io.ReadFull(s.rand, seed[:]); err != nil {
+			return nil, fmt.Errorf("sandbox: fork: %w", err)
+		}
+		c.Seed = binary.LittleEndian.Uint64(seed[:])
+	}
 	child, err := s.g.prepareSession(&c, fill)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: fork: %w", err)
