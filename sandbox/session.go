@@ -86,7 +86,9 @@ type SessionConfig struct {
 	// root is part of its snapshots; mounted filesystems (volumes) are not.
 	Mounts    []Mount
 	RootQuota wasi.Quota
-	// Env is the interpreter's environment (os.environ).
+	// Env is the interpreter's whole environment (os.environ): nothing of
+	// the base image's shows. At most 4,096 variables and 512 KiB, what a
+	// snapshot holds.
 	Env map[string]string
 	// MemoryLimit bounds the session's linear memory in bytes; 0 means the
 	// guest's Options.MemoryLimit. A run's Config.MemoryLimit cannot raise it.
@@ -96,7 +98,8 @@ type SessionConfig struct {
 	Fuel int64
 	// Deterministic makes the session repeatable, as Config.Deterministic
 	// does for a run: clocks advance with the fuel used, randomness comes
-	// from Seed.
+	// from Seed. A fork's seed is drawn from its parent's random stream; a
+	// resumed session's stream derives from Seed and its run count.
 	Deterministic bool
 	Seed          uint64
 	// HostCalls, Network and Logger are as in SandboxConfig: host
@@ -363,7 +366,8 @@ func driverArgs() []string { return []string{"python", "-u", "-B", "-c", driverS
 
 // NewSession starts a session: a fresh interpreter from the guest's base
 // image for the session's mount layout (taken at the first NewSession of
-// that layout, in about half a second), with a fresh random seed.
+// that layout, in about half a second), with a fresh random seed (for the
+// random module and tempfile's names) and exactly cfg.Env as environment.
 func (g *Guest) NewSession(ctx context.Context, cfg *SessionConfig) (*Session, error) {
 	s, err := g.prepareSession(cfg, nil)
 	if err != nil {

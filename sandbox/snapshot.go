@@ -183,7 +183,9 @@ func writeTree(root afero.Fs, files []snapshot.File) error {
 // cfg must mount the same paths as the session that was snapshotted
 // (volumes are not in snapshots); its limits apply from now on. The
 // environment, determinism and seed come from the snapshot, and Python's
-// random module is reseeded.
+// random state (the random module, tempfile's names) is renewed, as after
+// os.fork(): two resumes of one snapshot draw different values, except in
+// deterministic mode, where they draw the same.
 //
 // A snapshot that cannot be resumed returns an error matching one of
 // ErrSnapshotFormat, ErrSnapshotVersion, ErrSnapshotCorrupt,
@@ -310,7 +312,9 @@ func describeLayout(ms []snapshot.Mount) string {
 // Fork returns an independent copy of the session: the same variables,
 // imports and in-memory files, from here on each its own. The copy shares
 // the base image and the pages both have not changed since; its random
-// module is reseeded. Mounted filesystems are shared, not copied.
+// state (the random module, tempfile's names) is renewed, as after
+// os.fork(), so forks sharing a volume do not draw the same temporary
+// names. Mounted filesystems are shared, not copied.
 //
 // It fails with ErrOpenFiles when the guest holds files open.
 func (s *Session) Fork(ctx context.Context) (*Session, error) {
