@@ -48,8 +48,14 @@ def _driver():
         out = {}
         env = req.get('env')
         if env is not None:
+            # The session's environment replaces the one the base image
+            # was built with (PYTHONHASHSEED=0): in os.environ, in the C
+            # library's (os.environ.clear unsets) and in posix.environ.
             os.environ.clear()
             os.environ.update(env)
+            penv = sys.modules['posix'].environ
+            penv.clear()
+            penv.update((os.fsencode(k), os.fsencode(v)) for k, v in env.items())
         sys.path[0:0] = req.get('path', [])
         for d in req.get('site', []):
             sys.path.insert(0, d)
@@ -59,8 +65,15 @@ def _driver():
                 sys.path.remove(d)
                 sys.modules.pop('sitecustomize', None)
         seed = req.get('seed')
-        if seed is not None and 'random' in sys.modules:
-            sys.modules['random'].seed(bytes.fromhex(seed))
+        if seed is not None:
+            # A new session, a fork or a resume: renew the random state
+            # CPython renews in a child after os.fork(), the random
+            # module's and tempfile's names (whose generator a changed
+            # pid would renew: the pid is always the same here).
+            if 'random' in sys.modules:
+                sys.modules['random'].seed(bytes.fromhex(seed))
+            if 'tempfile' in sys.modules:
+                sys.modules['tempfile']._name_sequence = None
         code = req.get('code')
         if code is None:
             return out

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -84,7 +86,9 @@ type SessionConfig struct {
 	// root is part of its snapshots; mounted filesystems (volumes) are not.
 	Mounts    []Mount
 	RootQuota wasi.Quota
-	// Env is the interpreter's environment (os.environ).
+	// Env is the interpreter's whole environment (os.environ): nothing of
+	// the base image's shows. At most 4,096 variables and 512 KiB, what a
+	// snapshot holds.
 	Env map[string]string
 	// MemoryLimit bounds the session's linear memory in bytes; 0 means the
 	// guest's Options.MemoryLimit. A run's Config.MemoryLimit cannot raise it.
@@ -94,7 +98,8 @@ type SessionConfig struct {
 	Fuel int64
 	// Deterministic makes the session repeatable, as Config.Deterministic
 	// does for a run: clocks advance with the fuel used, randomness comes
-	// from Seed.
+	// from Seed. A fork's seed is drawn from its parent's random stream; a
+	// resumed session's stream derives from Seed and its run count.
 	Deterministic bool
 	Seed          uint64
 	// HostCalls, Network and Logger are as in SandboxConfig: host
@@ -361,7 +366,8 @@ func driverArgs() []string { return []string{"python", "-u", "-B", "-c", driverS
 
 // NewSession starts a session: a fresh interpreter from the guest's base
 // image for the session's mount layout (taken at the first NewSession of
-// that layout, in about half a second), with a fresh random seed.
+// that layout, in about half a second), with a fresh random seed (for the
+// random module and tempfile's names) and exactly cfg.Env as environment.
 func (g *Guest) NewSession(ctx context.Context, cfg *SessionConfig) (*Session, error) {
 	s, err := g.prepareSession(cfg, nil)
 	if err != nil {
@@ -404,10 +410,8 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 	if c.MemoryLimit == 0 {
 		c.MemoryLimit = g.memoryLimit
 	}
-	for _, k := range sortedKeys(c.Env) {
-		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(c.Env[k]), 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: invalid environment variable %q", k)
-		}
+	if err := checkEnv(c.Env); err != nil {
+		return nil, err
 	}
 	for _, m := range c.Mounts {
 		if m.Path == ControlPath || hasPrefixPath(m.Path, ControlPath) {
@@ -451,6 +455,40 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 		s.rand = rand.Reader
 	}
 	return s, nil
+}
+
+// maxEnvBytes bounds a session's environment, keys and values: half of
+// what a snapshot's header may hold.
+const maxEnvBytes = snapshot.MaxHeader / 2
+
+// checkEnv checks a session's environment: valid names and values, and no
+// more than a snapshot's header can hold, so that every session can be
+// snapshotted.
+func checkEnv(env map[string]string) error {
+	n := 0
+	for _, k := range sortedKeys(env) {
+		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(env[k]), 0) >= 0 {
+			return fmt.Errorf("sandbox: invalid environment variable %q", k)
+		}
+		n += len(k) + len(env[k])
+	}
+	if len(env) > snapshot.MaxEnv || n > maxEnvBytes {
+		return fmt.Errorf("sandbox: an environment of %d variables and %d bytes (at most %d and %d)", len(env), n, snapshot.MaxEnv, maxEnvBytes)
+	}
+	return nil
+}
+
+// deriveSeed gives the random stream of a resumed deterministic session:
+// from its seed and its run count, so that it does not replay the stream
+// the session started with, and is the same on every resume of the same
+// snapshot.
+func deriveSeed(seed uint64, runs int64) uint64 {
+	var b [8 + 8 + 24]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	binary.LittleEndian.PutUint64(b[8:], uint64(runs))
+	copy(b[16:], "fumehood resumed session")
+	sum := sha256.Sum256(b[:])
+	return binary.LittleEndian.Uint64(sum[:])
 }
 
 func hasPrefixPath(p, dir string) bool {
@@ -555,7 +593,7 @@ type request struct {
 	N        int64             `json:"n"`
 	Result   string            `json:"result"`
 	Seed     string            `json:"seed,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
+	Env      map[string]string `json:"env"` // not omitempty: {} clears the base image's environment
 	MaxValue int               `json:"max_value"`
 	// Path is put at the front of sys.path, and Site names directories
 	// whose sitecustomize module is run: the fumehood module's, sent with

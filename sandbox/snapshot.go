@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -182,7 +183,9 @@ func writeTree(root afero.Fs, files []snapshot.File) error {
 // cfg must mount the same paths as the session that was snapshotted
 // (volumes are not in snapshots); its limits apply from now on. The
 // environment, determinism and seed come from the snapshot, and Python's
-// random module is reseeded.
+// random state (the random module, tempfile's names) is renewed, as after
+// os.fork(): two resumes of one snapshot draw different values, except in
+// deterministic mode, where they draw the same.
 //
 // A snapshot that cannot be resumed returns an error matching one of
 // ErrSnapshotFormat, ErrSnapshotVersion, ErrSnapshotCorrupt,
@@ -208,7 +211,10 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 	if lim.MaxFiles == 0 {
 		lim.MaxFiles = 1 << 24
 	}
-	lim.MaxSize = int64(lim.MaxMemory) + min(lim.MaxFileBytes, 1<<40) + min(lim.MaxFiles, 1<<24)*8192 + 1<<20
+	// The most a snapshot within those limits can take: Decode reads no
+	// more than that, as a stream, and checks the header (at most
+	// snapshot.MaxHeader) before it reads the rest.
+	lim.MaxSize = int64(lim.MaxMemory) + min(lim.MaxFileBytes, 1<<40) + min(lim.MaxFiles, 1<<24)*8192 + snapshot.MaxHeader + 1<<16
 	snap, err := snapshot.Decode(r, lim)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: resume: %w", err)
@@ -216,6 +222,9 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 	h := &snap.Header
 	if h.Guest != g.id {
 		return nil, fmt.Errorf("sandbox: resume: %w: it needs build %.12s, this guest is %.12s", ErrSnapshotGuest, h.Guest, g.id)
+	}
+	if err := checkEnv(h.Env); err != nil {
+		return nil, fmt.Errorf("sandbox: resume: %w: %w", ErrSnapshotCorrupt, err)
 	}
 	c.Env, c.Deterministic, c.Seed = h.Env, h.Deterministic, h.Seed
 	var root int = -1
@@ -272,6 +281,11 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 	}
 	s.base, s.ckpt = base, ck
 	s.runs, s.fuel, s.slept = h.Runs, h.FuelUsed, time.Duration(h.ClockNanos)
+	if h.Deterministic {
+		// Not the stream the session began with, which its memory may
+		// already reflect (tempfile names, say): one of its own.
+		s.rand = seededRand(deriveSeed(h.Seed, h.Runs))
+	}
 	s.reseed = true
 	if err := s.instantiate(ctx); err != nil {
 		return fail(err)
@@ -298,7 +312,9 @@ func describeLayout(ms []snapshot.Mount) string {
 // Fork returns an independent copy of the session: the same variables,
 // imports and in-memory files, from here on each its own. The copy shares
 // the base image and the pages both have not changed since; its random
-// module is reseeded. Mounted filesystems are shared, not copied.
+// state (the random module, tempfile's names) is renewed, as after
+// os.fork(), so forks sharing a volume do not draw the same temporary
+// names. Mounted filesystems are shared, not copied.
 //
 // It fails with ErrOpenFiles when the guest holds files open.
 func (s *Session) Fork(ctx context.Context) (*Session, error) {
@@ -320,6 +336,16 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 	}
 	c := s.cfg
 	c.Env = s.env
+	if c.Deterministic {
+		// The fork's seed is drawn from the parent's stream: forks
+		// differ from each other and from their parent, and the same
+		// forks of the same session are the same.
+		var seed [8]byte
+		if _, err := io.ReadFull(s.rand, seed[:]); err != nil {
+			return nil, fmt.Errorf("sandbox: fork: %w", err)
+		}
+		c.Seed = binary.LittleEndian.Uint64(seed[:])
+	}
 	child, err := s.g.prepareSession(&c, fill)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: fork: %w", err)

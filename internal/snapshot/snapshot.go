@@ -1,10 +1,12 @@
 // Package snapshot encodes and decodes the bytes of a paused session.
 //
 // A snapshot is untrusted input: it may be truncated, corrupted or crafted.
-// Decode checks the magic, the format version and a SHA-256 checksum over
-// the whole encoding before it looks at anything else, and bounds every
-// length by the Limits it is given, so that no input makes it allocate
-// more than those limits allow or panic.
+// Decode checks the magic, the format version, the header's length and a
+// SHA-256 checksum over the whole encoding before it parses anything, and
+// bounds every length and count, by the Limits it is given (memory, files,
+// total size) or by fixed bounds (the header: MaxHeader, MaxArgs, …), before
+// it allocates: no input makes it allocate more than those allow, or panic.
+// The checksum guards against damage only: anyone can compute it.
 //
 // The encoding:
 //
@@ -43,6 +45,27 @@ var magic = []byte("FUMEHOODSNAP")
 const (
 	prefixLen   = 12 + 4 + 4
 	checksumLen = sha256.Size
+	// maxWindow is the zstd window Encode uses and Decode accepts: the
+	// decoder's buffer is never larger, whatever a frame declares.
+	maxWindow = 4 << 20
+)
+
+// Fixed bounds on the header, whatever the Limits: a snapshot's header
+// costs Decode at most a small multiple of MaxHeader bytes.
+const (
+	// MaxHeader bounds the JSON header in bytes.
+	MaxHeader = 1 << 20
+	// MaxArgs, MaxEnv, MaxMounts and MaxGlobals bound the lengths of the
+	// header's lists: arguments, environment variables, mounts, globals.
+	MaxArgs    = 1024
+	MaxEnv     = 4096
+	MaxMounts  = 256
+	MaxGlobals = 1024
+	// MaxHeaderValues bounds the commas outside strings in the header (so
+	// the values it holds), counted before it is parsed: what the lists
+	// above need, a mount's or a global's fields included, and the
+	// header's own fields.
+	MaxHeaderValues = MaxArgs + MaxEnv + 3*MaxMounts + 2*MaxGlobals + 64
 )
 
 // Errors of Decode. Each wraps a description of what exactly was wrong.
@@ -141,14 +164,21 @@ type Limits struct {
 	MaxFiles     int64
 }
 
-// Encode writes s to w.
+// Encode writes s to w. It refuses, with an error matching ErrLimit, a
+// header that Decode would refuse for its size (MaxHeader, MaxArgs, …).
 func Encode(w io.Writer, s *Snapshot) error {
 	header, err := json.Marshal(&s.Header)
 	if err != nil {
 		return err
 	}
+	if err := checkCounts(&s.Header, ErrLimit); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if len(header) > MaxHeader || countValues(header) > MaxHeaderValues {
+		return fmt.Errorf("snapshot: %w: a header of %d bytes (at most %d) or more than %d values", ErrLimit, len(header), MaxHeader, MaxHeaderValues)
+	}
 	var body bytes.Buffer
-	enc, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	enc, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
 	if err != nil {
 		return err
 	}
@@ -242,53 +272,93 @@ func (b *binWriter) u64(v uint64) {
 
 // Decode reads and checks a snapshot. Every error matches ErrFormat,
 // ErrVersion, ErrCorrupt or ErrLimit.
+//
+// It reads r as a stream and never more than lim.MaxSize bytes (and one
+// more, to tell a snapshot that is too large). It checks the magic, the
+// version and the header's length (at most MaxHeader) first, then reads the
+// rest, growing its buffer only as bytes arrive, then checks the checksum,
+// and only then parses the header, after counting its values (at most
+// MaxHeaderValues). What it allocates is bounded by lim (the body, the
+// memory pages and the files it allows) plus a fixed amount for the header.
 func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
-	data, err := io.ReadAll(io.LimitReader(r, lim.MaxSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading: %w", ErrCorrupt, err)
+	br := &boundedReader{r: r, left: lim.MaxSize}
+	readErr := func(what string, err error) error {
+		if errors.Is(err, errTooLarge) {
+			return fmt.Errorf("%w: larger than %d bytes", ErrLimit, lim.MaxSize)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: truncated in the %s", ErrCorrupt, what)
+		}
+		return fmt.Errorf("%w: reading the %s: %w", ErrCorrupt, what, err)
 	}
-	if int64(len(data)) > lim.MaxSize {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrLimit, lim.MaxSize)
+	var prefix [prefixLen]byte
+	n, err := io.ReadFull(br, prefix[:])
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, readErr("prefix", err)
 	}
-	if len(data) < len(magic) || !bytes.Equal(data[:len(magic)], magic) {
-		if len(data) < len(magic) && bytes.HasPrefix(magic, data) {
-			return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(data))
+	got := prefix[:n]
+	if len(got) < len(magic) || !bytes.Equal(got[:len(magic)], magic) {
+		if len(got) < len(magic) && bytes.HasPrefix(magic, got) {
+			return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(got))
 		}
 		return nil, ErrFormat
 	}
-	if len(data) < prefixLen {
-		return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(data))
+	if n < prefixLen {
+		return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, n)
 	}
-	if v := binary.LittleEndian.Uint32(data[12:]); v != Version {
+	if v := binary.LittleEndian.Uint32(prefix[12:]); v != Version {
 		return nil, fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, v, Version)
 	}
-	if len(data) < prefixLen+8+checksumLen {
-		return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(data))
+	hlen := binary.LittleEndian.Uint32(prefix[16:])
+	if hlen > MaxHeader {
+		return nil, fmt.Errorf("%w: a header of %d bytes, at most %d allowed", ErrCorrupt, hlen, MaxHeader)
 	}
-	content, sum := data[:len(data)-checksumLen], data[len(data)-checksumLen:]
-	if got := sha256.Sum256(content); !bytes.Equal(got[:], sum) {
+	header := make([]byte, hlen)
+	if _, err := io.ReadFull(br, header); err != nil {
+		return nil, readErr("header", err)
+	}
+	var blenBuf [8]byte
+	if _, err := io.ReadFull(br, blenBuf[:]); err != nil {
+		return nil, readErr("body length", err)
+	}
+	blen := binary.LittleEndian.Uint64(blenBuf[:])
+	if blen > uint64(max(br.left-checksumLen, 0)) {
+		// Too long for MaxSize: tell a snapshot that is really that long
+		// from a damaged length, without keeping what is read.
+		if _, err := io.Copy(io.Discard, io.LimitReader(br, int64(min(blen, 1<<62))+checksumLen)); err != nil {
+			return nil, readErr("body", err)
+		}
+		return nil, fmt.Errorf("%w: body length %d past the end", ErrCorrupt, blen)
+	}
+	var body bytes.Buffer
+	body.Grow(int(min(blen, 1<<20)))
+	if _, err := body.ReadFrom(io.LimitReader(br, int64(blen))); err != nil {
+		return nil, readErr("body", err)
+	}
+	if uint64(body.Len()) != blen {
+		return nil, fmt.Errorf("%w: truncated in the body (%d of %d bytes)", ErrCorrupt, body.Len(), blen)
+	}
+	var sum [checksumLen]byte
+	if _, err := io.ReadFull(br, sum[:]); err != nil {
+		return nil, readErr("checksum", err)
+	}
+	var one [1]byte
+	if n, err := io.ReadFull(br, one[:]); n > 0 {
+		return nil, fmt.Errorf("%w: data after the checksum", ErrCorrupt)
+	} else if !errors.Is(err, io.EOF) {
+		return nil, readErr("end", err)
+	}
+	h := sha256.New()
+	h.Write(prefix[:])
+	h.Write(header)
+	h.Write(blenBuf[:])
+	h.Write(body.Bytes())
+	if !bytes.Equal(h.Sum(nil), sum[:]) {
 		return nil, fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCorrupt)
 	}
-	rest := content[16:]
-	hlen := uint64(binary.LittleEndian.Uint32(rest))
-	rest = rest[4:]
-	if hlen > uint64(len(rest)) {
-		return nil, fmt.Errorf("%w: header length %d past the end", ErrCorrupt, hlen)
-	}
 	s := &Snapshot{}
-	dec := json.NewDecoder(bytes.NewReader(rest[:hlen]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s.Header); err != nil {
-		return nil, fmt.Errorf("%w: header: %w", ErrCorrupt, err)
-	}
-	rest = rest[hlen:]
-	if len(rest) < 8 {
-		return nil, fmt.Errorf("%w: no body", ErrCorrupt)
-	}
-	blen := binary.LittleEndian.Uint64(rest)
-	rest = rest[8:]
-	if blen != uint64(len(rest)) {
-		return nil, fmt.Errorf("%w: body length %d, %d bytes present", ErrCorrupt, blen, len(rest))
+	if err := decodeHeader(header, &s.Header); err != nil {
+		return nil, err
 	}
 	if err := checkHeader(&s.Header, lim); err != nil {
 		return nil, err
@@ -296,22 +366,115 @@ func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
 	maxPages := s.Header.MemorySize / PageSize
 	// What the body may hold once decompressed: every page, every file.
 	maxBody := 8 + maxPages*(4+PageSize) + uint64(lim.MaxFileBytes) + uint64(lim.MaxFiles)*(4+1+4+8+4+4096+8)
-	zr, err := zstd.NewReader(bytes.NewReader(rest), zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderMaxMemory(maxBody+1), zstd.WithDecoderMaxWindow(64<<20))
+	zr, err := zstd.NewReader(bytes.NewReader(body.Bytes()), zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxMemory(maxBody+1), zstd.WithDecoderMaxWindow(maxWindow))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	defer zr.Close()
-	br := &binReader{r: io.LimitReader(zr, int64(min(maxBody, 1<<62)))}
-	if err := decodeBody(br, s, maxPages, lim); err != nil {
+	bin := &binReader{r: io.LimitReader(zr, int64(min(maxBody, 1<<62)))}
+	if err := decodeBody(bin, s, maxPages, lim); err != nil {
 		return nil, err
 	}
 	// Nothing may follow the files.
-	var one [1]byte
-	if n, _ := io.ReadFull(br.r, one[:]); n != 0 {
+	if n, _ := io.ReadFull(bin.r, one[:]); n != 0 {
 		return nil, fmt.Errorf("%w: data after the last file", ErrCorrupt)
 	}
 	return s, nil
+}
+
+// errTooLarge is what a boundedReader returns past its bound.
+var errTooLarge = errors.New("snapshot: past the size limit")
+
+// boundedReader reads at most left bytes of r, then fails with errTooLarge
+// if r holds more, or io.EOF if it does not.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.left <= 0 {
+		var one [1]byte
+		n, err := io.ReadFull(b.r, one[:])
+		switch {
+		case n > 0:
+			return 0, errTooLarge
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return 0, io.EOF
+		default:
+			return 0, err
+		}
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// decodeHeader parses the JSON header after counting its values, so that
+// no header makes the decoder allocate more than a small multiple of
+// MaxHeader, whatever lists it holds.
+func decodeHeader(data []byte, h *Header) error {
+	if n := countValues(data); n > MaxHeaderValues {
+		return fmt.Errorf("%w: a header of more than %d values", ErrCorrupt, MaxHeaderValues)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(h); err != nil {
+		return fmt.Errorf("%w: header: %w", ErrCorrupt, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: header: data after the JSON object", ErrCorrupt)
+	}
+	return checkCounts(h, ErrCorrupt)
+}
+
+// countValues counts the commas of a JSON text outside its strings: a
+// bound on how many values (list elements, object members) it holds, less
+// one per list or object.
+func countValues(data []byte) int {
+	n := 0
+	inString, escaped := false, false
+	for _, c := range data {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ',':
+			n++
+		}
+	}
+	return n
+}
+
+// checkCounts checks the lengths of a header's lists against the fixed
+// bounds. kind is the error the failure wraps.
+func checkCounts(h *Header, kind error) error {
+	switch {
+	case len(h.Args) > MaxArgs:
+		return fmt.Errorf("%w: %d arguments, at most %d allowed", kind, len(h.Args), MaxArgs)
+	case len(h.Env) > MaxEnv:
+		return fmt.Errorf("%w: %d environment variables, at most %d allowed", kind, len(h.Env), MaxEnv)
+	case len(h.Mounts) > MaxMounts:
+		return fmt.Errorf("%w: %d mounts, at most %d allowed", kind, len(h.Mounts), MaxMounts)
+	case len(h.Globals) > MaxGlobals:
+		return fmt.Errorf("%w: %d globals, at most %d allowed", kind, len(h.Globals), MaxGlobals)
+	}
+	return nil
 }
 
 func checkHeader(h *Header, lim Limits) error {
@@ -338,7 +501,8 @@ func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
 		return fmt.Errorf("%w: %d pages for %d bytes of memory", ErrCorrupt, n, s.Header.MemorySize)
 	}
 	if br.err == nil {
-		s.Pages = make([]Page, 0, n)
+		// Grown as pages arrive: the count alone allocates nothing.
+		s.Pages = make([]Page, 0, min(n, 1024))
 	}
 	next := uint64(0) // the smallest index the next page may have
 	for i := uint32(0); i < n && br.err == nil; i++ {

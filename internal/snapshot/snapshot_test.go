@@ -3,7 +3,12 @@ package snapshot
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -91,11 +96,136 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// craft encodes a snapshot around the given JSON header, with an empty
+// body and a valid checksum, as an attacker can.
+func craft(header string) []byte {
+	var b bytes.Buffer
+	b.WriteString("FUMEHOODSNAP")
+	b.Write(binary.LittleEndian.AppendUint32(nil, Version))
+	b.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(header))))
+	b.WriteString(header)
+	b.Write(binary.LittleEndian.AppendUint64(nil, 0))
+	sum := sha256.Sum256(b.Bytes())
+	b.Write(sum[:])
+	return b.Bytes()
+}
+
+// listHeader is a header whose field holds n copies of item, in a list
+// (or in an object, if item is a member).
+func listHeader(field, item string, n int) string {
+	open, end := "[", "]"
+	if strings.Contains(item, ":") && !strings.HasPrefix(item, "{") {
+		open, end = "{", "}"
+	}
+	return `{"guest":"g","base":"b","memory_size":65536,"asyncify_buffer":8,"mounts":[{"path":"/","in_memory":true}],"` +
+		field + `":` + open + strings.Repeat(item+",", n-1) + item + end + "}"
+}
+
+// allocated returns the bytes allocated while f runs.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A crafted header of millions of empty values (a few bytes each, but 16
+// or more bytes each once decoded) is refused before it is parsed: Decode
+// allocates a small fixed amount, whatever the size limit.
+func TestDecodeBoundsHeader(t *testing.T) {
+	huge := Limits{MaxSize: 1 << 40, MaxMemory: 1 << 32, MaxFileBytes: 1 << 40, MaxFiles: 1 << 24}
+	var env []string
+	for i := range MaxEnv + 1 {
+		env = append(env, fmt.Sprintf(`"K%d":""`, i))
+	}
+	for name, tc := range map[string]struct {
+		header string
+		max    uint64 // bytes Decode may allocate
+		msg    string
+	}{
+		"10 million args":              {listHeader("args", `""`, 10_000_000), 1 << 20, "header of"},
+		"args just under MaxHeader":    {listHeader("args", `""`, MaxHeader/3-200), 4 << 20, "values"},
+		"env just under MaxHeader":     {listHeader("env", `"":""`, MaxHeader/6-100), 4 << 20, "values"},
+		"globals just under MaxHeader": {listHeader("globals", `{}`, MaxHeader/3-200), 4 << 20, "values"},
+		"mounts just under MaxHeader":  {listHeader("mounts", `{}`, MaxHeader/3-200), 4 << 20, "values"},
+		"too many args":                {listHeader("args", `""`, MaxArgs+1), 1 << 20, "arguments"},
+		"too many env":                 {listHeader("env", strings.Join(env, ","), 1), 4 << 20, "environment variables"},
+		"too many globals":             {listHeader("globals", `{"name":"n"}`, MaxGlobals+1), 1 << 20, "globals"},
+		"too many mounts":              {listHeader("mounts", `{"path":"/"}`, MaxMounts+1), 1 << 20, "mounts"},
+	} {
+		data := craft(tc.header)
+		var err error
+		n := allocated(func() { _, err = Decode(bytes.NewReader(data), huge) })
+		require.ErrorIs(t, err, ErrCorrupt, name)
+		assert.ErrorContains(t, err, tc.msg, name)
+		t.Logf("%s: %d bytes allocated for a %d-byte snapshot", name, n, len(data))
+		assert.Less(t, n, tc.max, "%s: %d bytes allocated for a %d-byte snapshot (%v)", name, n, len(data), err)
+	}
+
+	// What Decode refuses, Encode does not write.
+	s := sample()
+	s.Header.Args = make([]string, MaxArgs+1)
+	assert.ErrorIs(t, Encode(&bytes.Buffer{}, s), ErrLimit)
+	s = sample()
+	s.Header.Env = map[string]string{"BIG": strings.Repeat("x", MaxHeader)}
+	assert.ErrorIs(t, Encode(&bytes.Buffer{}, s), ErrLimit)
+}
+
+// A body length past the size limit is refused without reading it into
+// memory; a stream longer than the limit is refused after MaxSize bytes.
+func TestDecodeBoundsReading(t *testing.T) {
+	good := encode(t, sample())
+	lim := testLimits
+	lim.MaxSize = int64(len(good))
+	_, err := Decode(bytes.NewReader(good), lim)
+	require.NoError(t, err, "exactly MaxSize bytes")
+	lim.MaxSize--
+	_, err = Decode(bytes.NewReader(good), lim)
+	require.ErrorIs(t, err, ErrLimit)
+
+	// A huge body length in a short snapshot: corrupt, and nothing
+	// allocated for it.
+	bad := craft(`{}`)
+	binary.LittleEndian.PutUint64(bad[prefixLen+2:], 1<<50)
+	n := allocated(func() { _, err = Decode(bytes.NewReader(bad), Limits{MaxSize: 1 << 40, MaxMemory: 1 << 20}) })
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Less(t, n, uint64(1<<20))
+	// An endless stream is read up to MaxSize and no further.
+	endless := io.MultiReader(bytes.NewReader(bad[:prefixLen+2+8]), zeros{})
+	n = allocated(func() { _, err = Decode(endless, Limits{MaxSize: 64 << 20, MaxMemory: 1 << 20}) })
+	require.ErrorIs(t, err, ErrLimit)
+	assert.Less(t, n, uint64(1<<20))
+	// A body within MaxSize is buffered as it arrives, not at its
+	// declared length.
+	binary.LittleEndian.PutUint64(bad[prefixLen+2:], 60<<20)
+	n = allocated(func() { _, err = Decode(bytes.NewReader(bad), Limits{MaxSize: 64 << 20, MaxMemory: 1 << 20}) })
+	require.ErrorIs(t, err, ErrCorrupt)
+	assert.Less(t, n, uint64(4<<20))
+}
+
+// zeros is an endless stream of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, s := range []*Snapshot{sample(), {Header: sample().Header}} {
 		e := encode(f, s)
 		f.Add(e[:len(e)-sha256.Size]) // the checksum is added back
 	}
+	// Crafted headers: too many values, too many arguments, too long.
+	for _, h := range []string{listHeader("args", `""`, MaxArgs+1), listHeader("env", `"":""`, 3), listHeader("globals", `{}`, MaxHeaderValues+1)} {
+		e := craft(h)
+		f.Add(e[:len(e)-sha256.Size])
+	}
+	long := craft(`{}`)
+	binary.LittleEndian.PutUint32(long[16:], MaxHeader+1)
+	f.Add(long[:len(long)-sha256.Size])
 	f.Add([]byte("FUMEHOODSNAP"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		decodeOne(t, data)
