@@ -14,6 +14,10 @@ import (
 	"time"
 )
 
+// MaxResponseHeaderBytes bounds the header of a response the Transport
+// reads (net/http's default is 10 MiB); a larger one fails the request.
+const MaxResponseHeaderBytes = 64 << 10
+
 // Transport is an http.RoundTripper that makes only the requests a Policy
 // allows: it checks every request against the rules, resolves the host
 // itself, checks each address, dials the address it checked, and adds the
@@ -36,13 +40,14 @@ func NewTransport(p *Policy) (*Transport, error) {
 	}
 	t := &Transport{p: p}
 	t.rt = &http.Transport{
-		Proxy:                 nil, // never a proxy from the environment
-		DialContext:           t.dial,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          16,
-		IdleConnTimeout:       30 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 0, // the request's context bounds it
+		Proxy:                  nil, // never a proxy from the environment
+		DialContext:            t.dial,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           16,
+		IdleConnTimeout:        30 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  0, // the request's context bounds it
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 	return t, nil
 }
