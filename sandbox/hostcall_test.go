@@ -317,7 +317,8 @@ func TestNetworkSecretHeaderHiddenFromGuest(t *testing.T) {
 	const secret = "sk-live-0123456789"
 	srv := newNetServer(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
 	p := allowLoopback(t, srv)
-	p.Secrets = map[string]http.Header{"127.0.0.1": {"X-Api-Key": {secret}}}
+	p.Secrets = map[string]http.Header{srv.URL: {"X-Api-Key": {secret}}} // the origin, http://127.0.0.1:PORT
+	p.SecretsOverHTTP = true                                             // the test server speaks plain http
 	res, err := runNet(t, p, fmt.Sprintf(`
 import urllib.request, os, fumehood.http as fh
 req = urllib.request.Request(%q, headers={"X-Api-Key": "guest-guess"})
