@@ -85,6 +85,7 @@ print(fumehood.call("add", A=2, B=3), "after a panic")
 	assert.True(t, strings.HasPrefix(lines[2], "add arguments | "), lines[2])
 	assert.Contains(t, lines[3], `unknown field "C"`)
 	assert.True(t, strings.HasPrefix(lines[4], "boom panic | "), lines[4])
+	assert.NotContains(t, string(res.Stdout)+string(res.Stderr), "nil map write", "the panic's value stays in the host's log")
 	assert.Equal(t, "5 after a panic", lines[5], "a panicking host function does not crash the host or the run")
 	assert.Equal(t, 6, res.HostCalls)
 }
