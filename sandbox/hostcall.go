@@ -27,6 +27,7 @@ func (s *Sandbox) mountHost(c *SandboxConfig, fscfg sysfs.FSConfig) (sysfs.FSCon
 	if err != nil {
 		return nil, err
 	}
+	srv.ReportErrno(s.errno.report) // EMFILE past hostcall.MaxOpen
 	s.host = srv
 	return fscfg.WithSysFSMount(srv.FS(), HostMountPath).(sysfs.FSConfig), nil
 }

@@ -85,6 +85,7 @@ print(fumehood.call("add", A=2, B=3), "after a panic")
 	assert.True(t, strings.HasPrefix(lines[2], "add arguments | "), lines[2])
 	assert.Contains(t, lines[3], `unknown field "C"`)
 	assert.True(t, strings.HasPrefix(lines[4], "boom panic | "), lines[4])
+	assert.NotContains(t, string(res.Stdout)+string(res.Stderr), "nil map write", "the panic's value stays in the host's log")
 	assert.Equal(t, "5 after a panic", lines[5], "a panicking host function does not crash the host or the run")
 	assert.Equal(t, 6, res.HostCalls)
 }
@@ -317,7 +318,8 @@ func TestNetworkSecretHeaderHiddenFromGuest(t *testing.T) {
 	const secret = "sk-live-0123456789"
 	srv := newNetServer(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
 	p := allowLoopback(t, srv)
-	p.Secrets = map[string]http.Header{"127.0.0.1": {"X-Api-Key": {secret}}}
+	p.Secrets = map[string]http.Header{srv.URL: {"X-Api-Key": {secret}}} // the origin, http://127.0.0.1:PORT
+	p.SecretsOverHTTP = true                                             // the test server speaks plain http
 	res, err := runNet(t, p, fmt.Sprintf(`
 import urllib.request, os, fumehood.http as fh
 req = urllib.request.Request(%q, headers={"X-Api-Key": "guest-guess"})

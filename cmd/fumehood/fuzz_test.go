@@ -7,12 +7,14 @@ import (
 )
 
 // FuzzMountFlag checks that the --mount parser never panics and that a
-// mount it accepts has an absolute, clean guest path and an absolute host
+// mount it accepts has an absolute, clean guest path without a colon, is
+// read-only exactly when asked with :ro, and has an absolute host
 // directory. (--volume shares the parser but creates directories, so it is
 // not fuzzed.)
 func FuzzMountFlag(f *testing.F) {
 	dir := f.TempDir()
-	for _, s := range []string{dir + ":/data", dir + ":/data:ro", dir + ":/data:rw", ":/x", dir + ":data", dir + ":/a/../../b", "a:b:c:d", dir + ":/:ro", "\x00:/x"} {
+	for _, s := range []string{dir + ":/data", dir + ":/data:ro", dir + ":/data:rw", ":/x", dir + ":data", dir + ":/a/../../b", "a:b:c:d", dir + ":/:ro", "\x00:/x",
+		dir + ":/m:RO", dir + ":/m:Ro", dir + ":/m:r", dir + ":/m:", dir + ":/m:ro:ro", dir + ":/m:rw:ro", dir + ":/m:ro ", dir + ":/m:readonly"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
@@ -31,6 +33,12 @@ func FuzzMountFlag(f *testing.F) {
 		}
 		if m[0].FS == nil {
 			t.Fatalf("%q: no filesystem", v)
+		}
+		if strings.Contains(m[0].Path, ":") {
+			t.Fatalf("%q: guest path %q holds a colon", v, m[0].Path)
+		}
+		if m[0].ReadOnly != strings.HasSuffix(v, ":ro") {
+			t.Fatalf("%q: read-only %v", v, m[0].ReadOnly)
 		}
 	})
 }

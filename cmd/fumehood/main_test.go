@@ -250,9 +250,36 @@ except OSError as e:
 		{"run", "--mount", "nodir", "-c", "1"},
 		{"run", "--mount", dir + ":relative", "-c", "1"},
 		{"run", "--mount", filepath.Join(dir, "missing") + ":/x", "-c", "1"},
+		{"run", "--mount", dir + ":/m:RO", "-c", "1"}, // once a writable /m:RO
+		{"run", "--mount", dir + ":/m:readonly", "-c", "1"},
+		{"run", "--mount", dir + ":/m:", "-c", "1"},
+		{"run", "--volume", dir + ":/v:ro", "-c", "1"}, // once a writable /v:ro
 		{"run", "--file", "nofile", "-c", "1"},
 	} {
 		code, _, _ := fumehood(t, "", bad...)
 		assert.Equal(t, exitUsage, code, bad)
 	}
+}
+
+// TestMountFlagModes: a mode after the guest path is ro or rw, nothing
+// else; a misspelt one is refused instead of becoming part of a writable
+// guest path.
+func TestMountFlagModes(t *testing.T) {
+	dir := t.TempDir()
+	for v, readOnly := range map[string]bool{dir + ":/m": false, dir + ":/m:ro": true, dir + ":/m:rw": false, dir + ":/m/:ro": true} {
+		var m mountFlags
+		require.NoError(t, m.add(false)(v), v)
+		require.Len(t, m, 1)
+		assert.Equal(t, "/m", m[0].Path, v)
+		assert.Equal(t, readOnly, m[0].ReadOnly, v)
+	}
+	for _, v := range []string{dir + ":/m:RO", dir + ":/m:Ro", dir + ":/m:RW", dir + ":/m:r", dir + ":/m:", dir + ":/m:ro:ro", dir + ":/m:x:ro"} {
+		var m mountFlags
+		err := m.add(false)(v)
+		assert.Error(t, err, v)
+		assert.Empty(t, m, v)
+	}
+	var m mountFlags
+	assert.ErrorContains(t, m.add(true)(filepath.Join(dir, "vol")+":/v:ro"), "takes no mode")
+	assert.Empty(t, m)
 }

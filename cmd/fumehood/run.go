@@ -36,15 +36,31 @@ func (e envFlag) Set(s string) error {
 // mountFlags collects --mount and --volume flags.
 type mountFlags []sandbox.Mount
 
+// add parses --mount HOSTDIR:/GUEST/DIR[:ro|:rw] (volume false) or --volume
+// DIR:/GUEST/DIR. The host directory ends at the first colon; a colon after
+// the guest path starts the mode, which must be exactly ro or rw (a volume
+// takes none), so a misspelt mode is an error rather than part of a
+// writable guest path.
 func (m *mountFlags) add(volume bool) func(string) error {
 	return func(v string) error {
-		readOnly := false
-		if rest, ok := strings.CutSuffix(v, ":ro"); ok && !volume {
-			v, readOnly = rest, true
-		} else if rest, ok := strings.CutSuffix(v, ":rw"); ok && !volume {
-			v = rest
-		}
 		host, guest, ok := strings.Cut(v, ":")
+		readOnly := false
+		if i := strings.LastIndexByte(guest, ':'); i >= 0 {
+			mode := guest[i+1:]
+			guest = guest[:i]
+			switch {
+			case volume:
+				return fmt.Errorf("a volume is read-write and takes no mode: want DIR:/GUEST/DIR, got %q", v)
+			case mode == "ro":
+				readOnly = true
+			case mode == "rw":
+			default:
+				return fmt.Errorf("unknown mount mode %q in %q: want HOSTDIR:/GUEST/DIR, optionally followed by :ro or :rw (a guest path cannot hold a colon)", mode, v)
+			}
+		}
+		if strings.Contains(guest, ":") {
+			return fmt.Errorf("a guest path cannot hold a colon: want HOSTDIR:/GUEST/DIR[:ro|:rw], got %q", v)
+		}
 		if !ok || host == "" || !strings.HasPrefix(guest, "/") {
 			return fmt.Errorf("want HOSTDIR:/GUEST/DIR, got %q", v)
 		}
@@ -104,7 +120,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.network.register(fs)
 	c.env = envFlag{}
 	fs.Var(c.env, "env", "set a guest environment variable, KEY=VALUE (repeatable)")
-	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro] (repeatable)", c.mounts.add(false))
+	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro|:rw] (read-write by default; repeatable)", c.mounts.add(false))
 	fs.Func("volume", "mount a persistent read-write volume, DIR:GUESTDIR; DIR is created if missing (repeatable)", c.mounts.add(true))
 	fs.Func("file", "copy a host file into the sandbox before the run, HOSTFILE:GUESTPATH (repeatable)", func(v string) error {
 		host, guest, ok := strings.Cut(v, ":")

@@ -12,6 +12,11 @@
 //
 //	frame = u32 header length | u32 body length | JSON header | body   (big-endian)
 //
+// A server holds one request and one response at a time: a write stops at
+// the end of a frame, and a frame started while a response is unread (on
+// any channel of the server) fails with EAGAIN. What it holds is reported
+// by Usage and never exceeds MaxFrameBytes + MaxResponseFrameBytes.
+//
 // Each run binds the server with Begin, which gives every call a context
 // bound to the run's deadline and counts calls and requests against the
 // Config's limits. A handler's error, a refusal by the policy, a limit or a

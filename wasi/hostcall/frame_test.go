@@ -124,19 +124,41 @@ func TestChannelDropsAnOversizedFrame(t *testing.T) {
 	require.NoError(t, err)
 	defer end()
 	f, _ := s.FS().OpenFile(ChannelFile, sys.O_RDWR, 0)
-	big := AppendFrame(nil, bytes.Repeat([]byte("x"), 100), nil)
+	big := AppendFrame(nil, bytes.Repeat([]byte("x"), 1000), nil)
 	_, errno := f.Write(big[:20]) // refused as soon as the length is known
 	require.Zero(t, errno)
-	_, errno = f.Write(append(big[20:], AppendFrame(nil, []byte(`{"op":"call","name":"ok"}`), nil)...))
+	assert.Less(t, s.Usage().Held, int64(len(big)), "the refused frame is not kept, only its answer")
+	next := AppendFrame(nil, []byte(`{"op":"call","name":"ok"}`), nil)
+	n, errno := f.Write(append(big[20:], next...))
 	require.Zero(t, errno)
-	out := make([]byte, 4096)
-	n, _ := f.Read(out)
-	h1, _, used, err := DecodeFrame(out[:n], 4096)
+	assert.Equal(t, len(big)-20, n, "a short write: the rest of the refused frame, dropped")
+	_, errno = f.Write(next)
+	assert.Equal(t, sys.EAGAIN, errno, "the answer is unread")
+	h1, _, _, err := DecodeFrame(readAll(t, f), 4096)
 	require.NoError(t, err)
 	assert.Contains(t, string(h1), `"kind":"limit"`)
-	h2, _, _, err := DecodeFrame(out[used:n], 4096)
+	n, errno = f.Write(next)
+	require.Zero(t, errno)
+	require.Equal(t, len(next), n)
+	h2, _, _, err := DecodeFrame(readAll(t, f), 4096)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"ok":true,"result":"fine"}`, string(h2), "the next frame is read intact")
+	assert.Zero(t, s.Usage().Held)
+}
+
+// readAll reads f's pending response to its end.
+func readAll(t *testing.T, f sys.File) []byte {
+	t.Helper()
+	var out []byte
+	buf := make([]byte, 1000)
+	for {
+		n, errno := f.Read(buf)
+		require.Zero(t, errno)
+		if n == 0 {
+			return out
+		}
+		out = append(out, buf[:n]...)
+	}
 }
 
 func TestFSIsReadOnlyButTheChannel(t *testing.T) {

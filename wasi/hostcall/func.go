@@ -65,14 +65,19 @@ func (e *ArgumentError) Error() string { return "invalid arguments: " + e.Err.Er
 func (e *ArgumentError) Unwrap() error { return e.Err }
 
 // PanicError reports a handler that panicked (kind "panic"). The guest is
-// told only that the function failed; the value and stack are logged.
+// told only that the function failed: Error does not include the value,
+// which the server logs with the stack (attributes "panic" and "stack").
 type PanicError struct {
+	// Function is the name of the handler that panicked.
 	Function string
-	Value    any
-	Stack    []byte
+	// Value is what it panicked with.
+	Value any
+	// Stack is the handler goroutine's stack at the panic.
+	Stack []byte
 }
 
-// Error implements error.
+// Error implements error. It names the function, not the panic's value,
+// which may hold anything the host had in hand.
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("hostcall: function %q panicked: %v", e.Function, e.Value)
+	return fmt.Sprintf("hostcall: function %q panicked", e.Function)
 }

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
@@ -24,6 +26,20 @@ const (
 // httpHeaderRoom is what an HTTP request frame may hold beyond the
 // policy's body limit: the method, URL and headers.
 const httpHeaderRoom = 64 << 10
+
+// responseRoom is what a response frame may hold beyond the larger of
+// MaxResponseBytes and the policy's response body limit: its JSON header
+// (an HTTP response's status, URL and headers, which netpolicy bounds at
+// netpolicy.MaxResponseHeaderBytes before encoding). A response that does
+// not fit is replaced by an error (kind "limit").
+const responseRoom = 256 << 10
+
+// Bounds on the texts an error response echoes: a name the guest sent (a
+// function's) is cut at maxEchoBytes, a whole message at maxMessageBytes.
+const (
+	maxEchoBytes    = 256
+	maxMessageBytes = 2048
+)
 
 // Config lists the host functions a guest may call, and bounds the calls.
 type Config struct {
@@ -51,6 +67,70 @@ type Server struct {
 
 	mu  sync.Mutex
 	run *run
+
+	// The channels' share of host memory (device.go).
+	cmu     sync.Mutex
+	handles int      // open handles of FS, counted against MaxOpen
+	owner   *channel // the channel holding a request or response, or nil
+	report  func(errno uint16)
+	held    atomic.Int64 // bytes of frames and responses held
+	peak    atomic.Int64 // the most held has been
+}
+
+// Usage is what a server holds for its guest now, and the bound it never
+// exceeds (see docs/SECURITY.md, "Host memory per sandbox").
+type Usage struct {
+	// Held counts the bytes of request frames and responses the server
+	// holds for its guest's channels.
+	Held int64
+	// Peak is the most Held has been since the server was made.
+	Peak int64
+	// Bound is the most Held can be: one request frame of the largest
+	// size the server reads and one response of the largest size it
+	// sends (MaxFrameBytes + MaxResponseFrameBytes).
+	Bound int64
+	// Open counts the handles open in FS (at most MaxOpen).
+	Open int
+}
+
+// Usage reports what the server holds for its guest.
+func (s *Server) Usage() Usage {
+	s.cmu.Lock()
+	open := s.handles
+	s.cmu.Unlock()
+	return Usage{Held: s.held.Load(), Peak: s.peak.Load(),
+		Bound: int64(s.MaxFrameBytes() + s.MaxResponseFrameBytes()), Open: open}
+}
+
+// charge adds n (negative: releases) to the bytes held.
+func (s *Server) charge(n int64) {
+	h := s.held.Add(n)
+	for {
+		p := s.peak.Load()
+		if h <= p || s.peak.CompareAndSwap(p, h) {
+			return
+		}
+	}
+}
+
+// acquire gives c the server's slot for one request and its response,
+// unless another channel holds it.
+func (s *Server) acquire(c *channel) bool {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if s.owner != nil && s.owner != c {
+		return false
+	}
+	s.owner = c
+	return true
+}
+
+func (s *Server) release(c *channel) {
+	s.cmu.Lock()
+	if s.owner == c {
+		s.owner = nil
+	}
+	s.cmu.Unlock()
 }
 
 type run struct {
@@ -113,7 +193,12 @@ func orDefault(v, d int) int {
 }
 
 // maxFrame is the largest request frame the server reads.
-func (s *Server) maxFrame() int {
+func (s *Server) maxFrame() int { return s.MaxFrameBytes() }
+
+// MaxFrameBytes is the largest request frame the server reads: the larger
+// of MaxRequestBytes and, with a network policy, its MaxRequestBytes plus
+// 64 KiB for the method, URL and headers.
+func (s *Server) MaxFrameBytes() int {
 	m := s.maxReq
 	if s.transport != nil {
 		body := s.transport.Policy().MaxRequestBytes
@@ -123,6 +208,21 @@ func (s *Server) maxFrame() int {
 		m = max(m, int(min(body, 1<<30))+httpHeaderRoom)
 	}
 	return m
+}
+
+// MaxResponseFrameBytes is the largest response frame the server sends:
+// the larger of MaxResponseBytes and, with a network policy, its
+// MaxResponseBytes, plus 256 KiB for the response's JSON header.
+func (s *Server) MaxResponseFrameBytes() int {
+	m := s.maxRes
+	if s.transport != nil {
+		body := s.transport.Policy().MaxResponseBytes
+		if body == 0 {
+			body = netpolicy.DefaultMaxResponseBytes
+		}
+		m = max(m, int(min(body, 1<<30)))
+	}
+	return m + responseRoom
 }
 
 // Begin binds a run to the server: requests are served with ctx (the run's
@@ -204,13 +304,33 @@ func (s *Server) serve(header, body []byte) []byte {
 	if r == nil {
 		return errorFrame("protocol", ErrNoRun)
 	}
+	var out []byte
 	switch req.Op {
 	case "call":
-		return s.call(r, &req, len(header)+len(body))
+		out = s.call(r, &req, len(header)+len(body))
 	case "http":
-		return s.http(r, &req, body)
+		out = s.http(r, &req, body)
+	default:
+		return errorFrame("protocol", fmt.Errorf("%w: unknown op %q", ErrFrame, clip(req.Op, maxEchoBytes)))
 	}
-	return errorFrame("protocol", fmt.Errorf("%w: unknown op %q", ErrFrame, req.Op))
+	if len(out) > s.MaxResponseFrameBytes() {
+		return errorFrame("limit", fmt.Errorf("%w: a response of %d bytes, the limit is %d",
+			ErrTooLarge, len(out), s.MaxResponseFrameBytes()))
+	}
+	return out
+}
+
+// clip cuts s to at most n bytes, at a character boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	i := n - len(mark)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + mark
 }
 
 func (s *Server) call(r *run, req *request, size int) []byte {
@@ -218,7 +338,7 @@ func (s *Server) call(r *run, req *request, size int) []byte {
 	r.calls++
 	result, err := s.invoke(r, req, size)
 	level, attrs := slog.LevelInfo, []slog.Attr{
-		slog.String("function", req.Name), slog.Int("request_bytes", size),
+		slog.String("function", clip(req.Name, maxEchoBytes)), slog.Int("request_bytes", size),
 		slog.Int("response_bytes", len(result)), slog.Duration("duration", time.Since(start)),
 	}
 	if err != nil {
@@ -227,7 +347,7 @@ func (s *Server) call(r *run, req *request, size int) []byte {
 		var p *PanicError
 		if errors.As(err, &p) {
 			level = slog.LevelError
-			attrs = append(attrs, slog.String("stack", string(p.Stack)))
+			attrs = append(attrs, slog.String("panic", fmt.Sprint(p.Value)), slog.String("stack", string(p.Stack)))
 		}
 	}
 	s.log.LogAttrs(r.ctx, level, "fumehood host call", attrs...)
@@ -246,7 +366,7 @@ func (s *Server) invoke(r *run, req *request, size int) (json.RawMessage, error)
 	}
 	h, ok := s.funcs[req.Name]
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownFunction, req.Name)
+		return nil, fmt.Errorf("%w %q", ErrUnknownFunction, clip(req.Name, maxEchoBytes))
 	}
 	args := req.Args
 	if len(args) == 0 {
@@ -306,9 +426,9 @@ func kindOf(err error) string {
 
 func (s *Server) http(r *run, req *request, body []byte) []byte {
 	if r.client == nil {
-		err := &netpolicy.DeniedError{Method: req.Method, URL: req.URL, Rule: "no network policy",
-			Reason: "the sandbox has no network access"}
-		return frame(&response{Error: &wireError{Kind: "denied", Message: err.Error(), Rule: err.Rule}}, nil)
+		err := &netpolicy.DeniedError{Method: clip(req.Method, maxEchoBytes), URL: clip(req.URL, maxMessageBytes),
+			Rule: "no network policy", Reason: "the sandbox has no network access"}
+		return deniedFrame(err)
 	}
 	start := time.Now()
 	h := make(http.Header, len(req.Headers))
@@ -316,14 +436,14 @@ func (s *Server) http(r *run, req *request, body []byte) []byte {
 		h.Add(kv[0], kv[1])
 	}
 	resp, err := r.client.Do(r.ctx, &netpolicy.Request{Method: req.Method, URL: req.URL, Header: h, Body: body})
-	attrs := []slog.Attr{slog.String("method", req.Method), slog.String("url", req.URL),
+	attrs := []slog.Attr{slog.String("method", clip(req.Method, maxEchoBytes)), slog.String("url", clip(req.URL, maxMessageBytes)),
 		slog.Int("request_bytes", len(body)), slog.Duration("duration", time.Since(start))}
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
 		s.log.LogAttrs(r.ctx, slog.LevelWarn, "fumehood http request", attrs...)
 		var de *netpolicy.DeniedError
 		if errors.As(err, &de) {
-			return frame(&response{Error: &wireError{Kind: "denied", Message: err.Error(), Rule: de.Rule}}, nil)
+			return deniedFrame(de)
 		}
 		if r.ctx.Err() != nil {
 			return errorFrame("canceled", r.ctx.Err())
@@ -341,14 +461,23 @@ func (s *Server) http(r *run, req *request, body []byte) []byte {
 	return frame(out, resp.Body)
 }
 
+// errorFrame is the response reporting err, its message cut at
+// maxMessageBytes.
 func errorFrame(kind string, err error) []byte {
-	return frame(&response{Error: &wireError{Kind: kind, Message: err.Error()}}, nil)
+	return frame(&response{Error: &wireError{Kind: kind, Message: clip(err.Error(), maxMessageBytes)}}, nil)
 }
 
+func deniedFrame(de *netpolicy.DeniedError) []byte {
+	return frame(&response{Error: &wireError{Kind: "denied", Message: clip(de.Error(), maxMessageBytes),
+		Rule: clip(de.Rule, maxEchoBytes)}}, nil)
+}
+
+// frame encodes a response frame, in a buffer of its exact size (the
+// server charges its capacity).
 func frame(r *response, body []byte) []byte {
 	h, err := json.Marshal(r)
 	if err != nil { // cannot happen: every field encodes
 		h = []byte(`{"ok":false,"error":{"kind":"protocol","message":"unencodable response"}}`)
 	}
-	return AppendFrame(nil, h, body)
+	return AppendFrame(make([]byte, 0, frameHead+len(h)+len(body)), h, body)
 }

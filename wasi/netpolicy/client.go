@@ -14,6 +14,10 @@ import (
 	"time"
 )
 
+// MaxResponseHeaderBytes bounds the header of a response the Transport
+// reads (net/http's default is 10 MiB); a larger one fails the request.
+const MaxResponseHeaderBytes = 64 << 10
+
 // Transport is an http.RoundTripper that makes only the requests a Policy
 // allows: it checks every request against the rules, resolves the host
 // itself, checks each address, dials the address it checked, and adds the
@@ -22,8 +26,9 @@ import (
 // from the environment. A Transport is safe for concurrent use and keeps
 // connections alive between requests, so make one per policy and reuse it.
 type Transport struct {
-	p  *Policy
-	rt *http.Transport
+	p       *Policy
+	rt      *http.Transport
+	secrets map[string]http.Header // by origin
 }
 
 // NewTransport makes a Transport enforcing p, which must stay unchanged.
@@ -34,15 +39,20 @@ func NewTransport(p *Policy) (*Transport, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Transport{p: p}
+	secrets, err := p.secretsByOrigin()
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{p: p, secrets: secrets}
 	t.rt = &http.Transport{
-		Proxy:                 nil, // never a proxy from the environment
-		DialContext:           t.dial,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          16,
-		IdleConnTimeout:       30 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 0, // the request's context bounds it
+		Proxy:                  nil, // never a proxy from the environment
+		DialContext:            t.dial,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           16,
+		IdleConnTimeout:        30 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  0, // the request's context bounds it
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 	return t, nil
 }
@@ -54,7 +64,8 @@ func (t *Transport) Policy() *Policy { return t.p }
 func (t *Transport) CloseIdleConnections() { t.rt.CloseIdleConnections() }
 
 // RoundTrip checks req against the policy and sends it with the secret
-// headers of its host. It does not follow redirects.
+// headers of its origin (scheme, host and port). It does not follow
+// redirects.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.p.Check(req.Method, req.URL); err != nil {
 		if req.Body != nil {
@@ -62,8 +73,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	host := strings.TrimSuffix(strings.ToLower(req.URL.Hostname()), ".")
-	if secret := t.p.Secrets[host]; len(secret) > 0 {
+	if secret := t.secrets[origin(req.URL)]; len(secret) > 0 {
 		req = req.Clone(req.Context()) // the caller's request never holds them
 		for k, vs := range secret {
 			req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)

@@ -17,8 +17,9 @@
 // refused unless AllowPrivate is set, and the connection is made to the
 // address that was checked, so a name that resolves differently the second
 // time (DNS rebinding) cannot slip through. Secret headers (API keys) are
-// added by the host for the hosts they belong to; the guest never sees
-// them. A refusal is a *DeniedError naming the rule that refused it.
+// added by the host for the origins (https, host and port) they belong
+// to; the guest never sees them. A refusal is a *DeniedError naming the
+// rule that refused it.
 package netpolicy
 
 import (
@@ -67,11 +68,20 @@ type Policy struct {
 	// Timeout bounds one request, redirects included, within the caller's
 	// context; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// Secrets holds headers the host adds to every request to a host
-	// (the key: a host name, lower case, or an IP address), replacing any
-	// the guest set under the same names. The guest never sees them, and
-	// they are not carried along a redirect to another host.
+	// Secrets holds headers the host adds to every request to an origin,
+	// replacing any the guest set under the same names. A key is an
+	// origin, "https://api.example.com" or "https://api.example.com:8443";
+	// a key without a scheme ("api.example.com", "10.0.0.7:8443") means
+	// https, and without a port the scheme's default one. The headers go
+	// to that scheme, host and port only: not over plain http to the same
+	// host, not to its other ports, not along a redirect to another
+	// origin. The guest never sees them. An http origin is refused unless
+	// SecretsOverHTTP is set.
 	Secrets map[string]http.Header
+	// SecretsOverHTTP allows Secrets keys with the http scheme, whose
+	// headers then travel unencrypted (for a service on a trusted network
+	// or loopback).
+	SecretsOverHTTP bool
 	// Resolve looks up a host name's addresses; nil means
 	// net.DefaultResolver. Tests use it to fake names.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -175,7 +185,46 @@ func (p *Policy) Validate() error {
 	if p.MaxRequestBytes < 0 || p.MaxResponseBytes < 0 || p.MaxRequests < 0 {
 		return errors.New("netpolicy: negative limit")
 	}
-	return nil
+	_, err := p.secretsByOrigin()
+	return err
+}
+
+// secretsByOrigin returns Secrets keyed by canonical origin (see origin).
+func (p *Policy) secretsByOrigin() (map[string]http.Header, error) {
+	out := make(map[string]http.Header, len(p.Secrets))
+	for key, h := range p.Secrets {
+		raw := key
+		if !strings.Contains(raw, "://") {
+			raw = "https://" + raw
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" ||
+			(u.Path != "" && u.Path != "/") || effectivePort(u) <= 0 || effectivePort(u) > 65535 {
+			return nil, fmt.Errorf("netpolicy: secrets key %q is not an origin (https://HOST[:PORT])", key)
+		}
+		switch {
+		case u.Scheme == "http" && !p.SecretsOverHTTP:
+			return nil, fmt.Errorf("netpolicy: secrets key %q would send them over plain http; set SecretsOverHTTP to allow it", key)
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, fmt.Errorf("netpolicy: secrets key %q: scheme must be https (or http)", key)
+		}
+		o := origin(u)
+		if _, dup := out[o]; dup {
+			return nil, fmt.Errorf("netpolicy: secrets key %q names the origin %s twice", key, o)
+		}
+		out[o] = h
+	}
+	return out, nil
+}
+
+// origin is u's scheme, host and port in one canonical form:
+// "https://api.example.com:443", "http://[::1]:8080".
+func origin(u *url.URL) string {
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	}
+	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(host, strconv.Itoa(effectivePort(u)))
 }
 
 // Check reports whether a rule allows method on u, without resolving the

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -109,9 +110,10 @@ func TestTransportDialsOnlyCheckedAddresses(t *testing.T) {
 	defer srv.Close()
 	port := netip.MustParseAddrPort(srv.Listener.Addr().String()).Port()
 	p := &Policy{
-		Allow:        []Rule{{Host: "svc.test", Port: int(port)}, {Host: "127.0.0.1", Port: int(port)}},
-		AllowPrivate: true,
-		Secrets:      map[string]http.Header{"svc.test": {"Authorization": {"Bearer host-only"}}},
+		Allow:           []Rule{{Host: "svc.test", Port: int(port)}, {Host: "127.0.0.1", Port: int(port)}},
+		AllowPrivate:    true,
+		Secrets:         map[string]http.Header{fmt.Sprintf("http://svc.test:%d", port): {"Authorization": {"Bearer host-only"}}},
+		SecretsOverHTTP: true,
 		Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		},
@@ -150,4 +152,19 @@ func TestClientRequestBodyCap(t *testing.T) {
 	var de *DeniedError
 	require.ErrorAs(t, err, &de)
 	assert.Equal(t, "MaxRequestBytes", de.Rule)
+}
+
+// TestResponseHeaderIsBounded: a server answering with a huge header fails
+// the request instead of making the host hold it (net/http's default bound
+// is 10 MiB).
+func TestResponseHeaderIsBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("h", 2*MaxResponseHeaderBytes))
+	}))
+	defer srv.Close()
+	tr, err := NewTransport(&Policy{Allow: []Rule{{Host: "127.0.0.1", Port: port(srv)}}, AllowPrivate: true})
+	require.NoError(t, err)
+	_, err = tr.NewClient().Do(context.Background(), &Request{URL: srv.URL})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "header")
 }

@@ -40,17 +40,32 @@ class CallError(Error):
 
 
 def _roundtrip(header, body=b""):
-    """Send one request frame, return the response's header and body."""
+    """Send one request frame, return the response's header and body.
+
+    The channel takes one request at a time: it refuses the next (EAGAIN)
+    until the response is read to its end. If anything interrupts the
+    exchange (a MemoryError, say), the channel is closed, so the next call
+    starts on a fresh one.
+    """
     global _fd
+    h = _json.dumps(header, separators=(",", ":")).encode()
+    frame = len(h).to_bytes(4, "big") + len(body).to_bytes(4, "big") + h + body
     if _fd is None:
         _fd = _os.open(_CHANNEL, _os.O_RDWR)
-    h = _json.dumps(header, separators=(",", ":")).encode()
-    view = memoryview(len(h).to_bytes(4, "big") + len(body).to_bytes(4, "big") + h + body)
-    while view:
-        view = view[_os.write(_fd, view):]
-    head = _read(8)
-    hlen = int.from_bytes(head[:4], "big")
-    rest = _read(hlen + int.from_bytes(head[4:], "big"))
+    try:
+        view = memoryview(frame)
+        while view:
+            view = view[_os.write(_fd, view):]
+        head = _read(8)
+        hlen = int.from_bytes(head[:4], "big")
+        rest = _read(hlen + int.from_bytes(head[4:], "big"))
+    except BaseException:
+        fd, _fd = _fd, None
+        try:
+            _os.close(fd)
+        except OSError:
+            pass
+        raise
     return _json.loads(rest[:hlen]), rest[hlen:]
 
 
