@@ -106,7 +106,8 @@ type Result struct {
 
 	// Value is the repr of the value of the code's last expression, when
 	// the code ends in an expression whose value is not None; HasValue
-	// says whether there is one. It is cut to MaxOutput characters, and
+	// says whether there is one. The host cuts it to at most MaxOutput
+	// bytes (at a character boundary; invalid UTF-8 becomes U+FFFD), and
 	// ValueTruncated says so.
 	Value          string
 	HasValue       bool
