@@ -620,7 +620,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	if s.cfg.Fuel > 0 {
 		left := s.cfg.Fuel - s.fuel
 		if left <= 0 {
-			return &Result{ExitCode: -1}, fmt.Errorf("sandbox: the session's fuel is spent: %w", ErrFuelExhausted)
+			return &Result{ExitCode: -1, Stop: StopFuel}, fmt.Errorf("sandbox: the session's fuel is spent: %w", ErrFuelExhausted)
 		}
 		budget = min(budget, left)
 	}
@@ -754,7 +754,7 @@ func (s *Session) clearControl() {
 // finish fills in the Result from the driver's outcome (readOutcome's,
 // whose texts are capped): the code ended the run itself.
 func (s *Session) finish(res *Result, out *Result) error {
-	res.ExitCode = 0
+	res.Stop, res.ExitCode = StopExit, 0
 	res.Value, res.HasValue, res.ValueTruncated = out.Value, out.HasValue, out.ValueTruncated
 	if out.Exception != nil {
 		res.Exception = out.Exception
