@@ -2,10 +2,15 @@
 # fumehood's own code, run as `python -u -B -c DRIVER`.
 #
 # It reads requests from fd 0, each "<length>\n<JSON>", runs each request's
-# code in one persistent __main__ namespace, and writes the outcome as JSON
-# to the control file. Between requests it blocks in os.read(0), which is
-# where the host pauses the interpreter (asyncify unwinds from fd_read), so
-# everything below must leave no file open across that read.
+# code in one persistent __main__ namespace, and writes the outcome to the
+# control directory: each text (the value's repr, the exception's type,
+# message and traceback) to a file of its own, then the JSON outcome, to the
+# request's result path, saying which texts there are. The host reads each
+# file with a bound and caps each text itself: the driver cuts texts to
+# max_value+1 bytes only to save copying (the code can change max_value).
+# Between requests it blocks in os.read(0), which is where the host pauses
+# the interpreter (asyncify unwinds from fd_read), so everything below must
+# leave no file open across that read.
 import ast, builtins, json, linecache, os, sys, traceback, types
 
 def _driver():
@@ -92,12 +97,7 @@ def _driver():
                 value = eval(compile(last, name, 'eval'), ns)
                 if value is not None:
                     builtins._ = value
-                    r = repr(value)
-                    limit = req.get('max_value', 1 << 20)
-                    if len(r) > limit:
-                        out['value_truncated'] = True
-                        r = r[:limit]
-                    out['value'] = r
+                    out['value'] = repr(value)
         except SystemExit as e:
             code = e.code
             if code is None:
@@ -105,7 +105,7 @@ def _driver():
             elif not isinstance(code, int):
                 print(code, file=sys.stderr)
                 code = 1
-            out['exit'] = code
+            out['exit'] = int(code)
         except BaseException as e:
             text = ''.join(traceback.format_exception(type(e), e, trimmed(e)))
             try:
@@ -116,19 +116,25 @@ def _driver():
                 message = str(e)
             except BaseException:
                 message = '<unprintable %s>' % type(e).__name__
-            out['exception'] = {
-                'type': type(e).__module__ + '.' + type(e).__qualname__ if type(e).__module__ not in ('builtins', '__main__') else type(e).__qualname__,
-                'message': message,
-                'traceback': text,
-            }
+            out['type'] = type(e).__module__ + '.' + type(e).__qualname__ if type(e).__module__ not in ('builtins', '__main__') else type(e).__qualname__
+            out['message'] = message
+            out['traceback'] = text
         return out
+
+    def put(name, data):
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            while data:
+                data = data[write(fd, data):]
+        finally:
+            os.close(fd)
 
     while True:
         req = request()
         try:
             out = run(req)
         except BaseException as e:
-            out = {'exception': {'type': type(e).__name__, 'message': 'session driver: ' + str(e), 'traceback': ''}}
+            out = {'type': type(e).__name__, 'message': 'session driver: ' + str(e), 'traceback': ''}
         for f in (sys.stdout, sys.stderr):
             try:
                 f.flush()
@@ -142,12 +148,15 @@ def _driver():
             except OSError:
                 pass
             fh._fd = None
-        data = dumps(out).encode()
-        fd = os.open(req['result'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            while data:
-                data = data[write(fd, data):]
-        finally:
-            os.close(fd)
+        result = req['result']
+        # The host cuts each text to max_value bytes; one byte more tells
+        # it that the text was longer.
+        n = req.get('max_value')
+        n = n + 1 if type(n) is int and n >= 0 else None
+        meta = {'value': 'value' in out, 'exception': 'type' in out, 'exit': out.get('exit')}
+        for k in ('value', 'type', 'message', 'traceback'):
+            if k in out:
+                put(result + '.' + k, out.pop(k)[:n].encode('utf-8', 'backslashreplace')[:n])
+        put(result, dumps(meta).encode())
 
 _driver()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,12 +102,18 @@ type Result struct {
 	// MemoryLimitHit reports that the guest tried to grow its memory past
 	// the limit at least once.
 	MemoryLimitHit bool
+	// Stop says what ended the run: StopExit when the guest ended it
+	// itself, else the limit or failure that stopped it. The host sets it
+	// from what it recorded, never from the guest's exit status or
+	// output, so a guest cannot pass its own exit for a limit.
+	Stop StopReason
 
 	// Session runs only (Session.Run):
 
 	// Value is the repr of the value of the code's last expression, when
 	// the code ends in an expression whose value is not None; HasValue
-	// says whether there is one. It is cut to MaxOutput characters, and
+	// says whether there is one. The host cuts it to at most MaxOutput
+	// bytes (at a character boundary; invalid UTF-8 becomes U+FFFD), and
 	// ValueTruncated says so.
 	Value          string
 	HasValue       bool
@@ -117,6 +124,72 @@ type Result struct {
 	// included; HTTPRequests counts the HTTP requests it sent, each
 	// redirect hop included (see SandboxConfig.HostCalls and Network).
 	HostCalls, HTTPRequests int
+}
+
+// StopReason says what ended a run (Result.Stop).
+type StopReason int
+
+// The reasons a run ends. Each limit's reason goes with the error the run
+// returns: StopFuel with ErrFuelExhausted, StopDeadline with
+// context.DeadlineExceeded, and so on.
+const (
+	// StopExit: nothing stopped the run; the guest ended it itself.
+	// Result.ExitCode is its exit status, whatever it is (124 included).
+	// A session run whose code finished, raised an exception or called
+	// sys.exit also ends with StopExit.
+	StopExit StopReason = iota
+	// StopFuel: the run spent its fuel budget, or the session's
+	// (ErrFuelExhausted).
+	StopFuel
+	// StopDeadline: the run's Timeout or the context's deadline passed
+	// (context.DeadlineExceeded).
+	StopDeadline
+	// StopCanceled: the context was canceled or the session closed
+	// (context.Canceled).
+	StopCanceled
+	// StopMemory: the guest failed after its memory limit refused it
+	// memory (ErrMemoryLimit).
+	StopMemory
+	// StopOutput: the guest wrote more than MaxOutput bytes with
+	// StopAtOutputLimit set (ErrOutputLimit).
+	StopOutput
+	// StopTrap: the guest stopped on a WebAssembly trap (*TrapError).
+	StopTrap
+	// StopError: fumehood itself could not go on (a closed Guest, a
+	// failure of a session's machinery); the error says what happened.
+	StopError
+)
+
+var stopNames = [...]string{"exit", "fuel", "deadline", "canceled", "memory", "output", "trap", "error"}
+
+// String returns the reason's name: "exit", "fuel", "deadline",
+// "canceled", "memory", "output", "trap" or "error".
+func (s StopReason) String() string {
+	if s >= 0 && int(s) < len(stopNames) {
+		return stopNames[s]
+	}
+	return "StopReason(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MarshalText implements encoding.TextMarshaler: the reason's name.
+func (s StopReason) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// stopReason is the reason for an error the host recorded when it stopped
+// a run.
+func stopReason(err error) StopReason {
+	switch {
+	case errors.Is(err, ErrFuelExhausted):
+		return StopFuel
+	case errors.Is(err, context.DeadlineExceeded):
+		return StopDeadline
+	case errors.Is(err, context.Canceled):
+		return StopCanceled
+	case errors.Is(err, ErrOutputLimit):
+		return StopOutput
+	case errors.Is(err, ErrMemoryLimit):
+		return StopMemory
+	}
+	return StopError
 }
 
 // ExitError reports a guest that exited with a non-zero status. The Result
@@ -335,7 +408,12 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 }
 
 // classify turns the runtime's error into the package's and fills in the
-// exit code.
+// exit code and Result.Stop. Only what the host recorded decides a limit:
+// the reason it stopped the run for, the allocator's refusals, a trap.
+// Whatever status the guest exits with is its own exit: wazero's exit
+// codes for a closed context (sys.ExitCodeDeadlineExceeded and
+// sys.ExitCodeContextCanceled) come only from proc_exit here, since the
+// runtime does not close modules on context done.
 func classify(res *Result, r *runState, err error) error {
 	res.ExitCode = -1
 	r.mu.Lock()
@@ -344,35 +422,34 @@ func classify(res *Result, r *runState, err error) error {
 	if stopped != nil {
 		// The host stopped the run; its reason is the error, whatever
 		// wazero reported on the way out.
+		res.Stop = stopReason(stopped)
 		if errors.Is(stopped, context.DeadlineExceeded) {
 			return fmt.Errorf("sandbox: run stopped after %v: %w", res.Duration.Round(time.Millisecond), stopped)
 		}
 		return fmt.Errorf("sandbox: run stopped: %w", stopped)
 	}
+	res.Stop = StopExit
 	if err == nil {
 		res.ExitCode = 0
 		return nil
 	}
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		switch exit.ExitCode() {
-		case sys.ExitCodeDeadlineExceeded:
-			return fmt.Errorf("sandbox: run stopped: %w", context.DeadlineExceeded)
-		case sys.ExitCodeContextCanceled:
-			return fmt.Errorf("sandbox: run stopped: %w", context.Canceled)
-		}
 		res.ExitCode = int(exit.ExitCode())
 		if res.ExitCode == 0 {
 			return nil
 		}
 		err = &ExitError{Code: res.ExitCode}
 	} else if errors.Is(err, ErrClosed) || strings.HasPrefix(err.Error(), "sandbox:") {
+		res.Stop = stopReason(err)
 		return err
 	} else {
+		res.Stop = StopTrap
 		err = &TrapError{Err: err}
 	}
 	if res.MemoryLimitHit {
 		// The guest failed after being refused memory: say why.
+		res.Stop = StopMemory
 		return fmt.Errorf("%w: %w", ErrMemoryLimit, err)
 	}
 	return err

@@ -57,6 +57,8 @@ var (
 
 // Exception is a Python exception that ended a session run. The session
 // goes on; the exception's traceback was also written to the run's stderr.
+// The host cuts each of Type, Message and Traceback to at most the run's
+// MaxOutput bytes, as it cuts Result.Value.
 type Exception struct {
 	// Type is the exception's class, qualified by its module unless it is
 	// a builtin or defined by the session's code: "ZeroDivisionError",
@@ -67,6 +69,9 @@ type Exception struct {
 	// Traceback is the formatted traceback, as Python prints it, without
 	// the driver's own frames.
 	Traceback string `json:"traceback"`
+	// Truncated reports that Type, Message or Traceback was cut to
+	// MaxOutput bytes.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Error implements error: "python: Type: message".
@@ -602,14 +607,6 @@ type request struct {
 	Site []string `json:"site,omitempty"`
 }
 
-// outcome is what the driver writes after a run.
-type outcome struct {
-	Value          *string    `json:"value"`
-	ValueTruncated bool       `json:"value_truncated"`
-	Exit           *int       `json:"exit"`
-	Exception      *Exception `json:"exception"`
-}
-
 // Run runs Python code in the session and waits for it to finish. When the
 // code ends in an expression, Result.Value holds its repr (unless it is
 // None), as in the interactive interpreter.
@@ -661,7 +658,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	if s.cfg.Fuel > 0 {
 		left := s.cfg.Fuel - s.fuel
 		if left <= 0 {
-			return &Result{ExitCode: -1}, fmt.Errorf("sandbox: the session's fuel is spent: %w", ErrFuelExhausted)
+			return &Result{ExitCode: -1, Stop: StopFuel}, fmt.Errorf("sandbox: the session's fuel is spent: %w", ErrFuelExhausted)
 		}
 		budget = min(budget, left)
 	}
@@ -752,18 +749,14 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	s.fuel += res.FuelUsed
 	s.runs++
 	if runErr == nil {
-		var out outcome
-		data, rerr := s.sb.ReadFile(req.Result)
+		out, rerr := readOutcome(s.ctl, strings.TrimPrefix(req.Result, ControlPath), maxOut)
 		s.clearControl()
-		if rerr == nil {
-			rerr = json.Unmarshal(data, &out)
-		}
 		if rerr != nil {
 			runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", rerr)
 		} else {
 			s.sendEnv, s.reseed = false, false
 			s.ckpt.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals))
-			return res, s.finish(res, &out)
+			return res, s.finish(res, out)
 		}
 	}
 	s.clearControl()
@@ -796,20 +789,19 @@ func (s *Session) clearControl() {
 	}
 }
 
-// finish fills in the Result from the driver's outcome.
-func (s *Session) finish(res *Result, out *outcome) error {
-	res.ExitCode = 0
-	if out.Value != nil {
-		res.Value, res.HasValue, res.ValueTruncated = *out.Value, true, out.ValueTruncated
-	}
+// finish fills in the Result from the driver's outcome (readOutcome's,
+// whose texts are capped): the code ended the run itself.
+func (s *Session) finish(res *Result, out *Result) error {
+	res.Stop, res.ExitCode = StopExit, 0
+	res.Value, res.HasValue, res.ValueTruncated = out.Value, out.HasValue, out.ValueTruncated
 	if out.Exception != nil {
 		res.Exception = out.Exception
 		res.ExitCode = 1
 		return out.Exception
 	}
-	if out.Exit != nil && *out.Exit != 0 {
-		res.ExitCode = *out.Exit
-		return &ExitError{Code: *out.Exit}
+	if out.ExitCode != 0 {
+		res.ExitCode = out.ExitCode
+		return &ExitError{Code: out.ExitCode}
 	}
 	return nil
 }

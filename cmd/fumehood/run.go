@@ -331,14 +331,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 }
 
 // exitStatus maps a run's outcome to the command's exit status and, for a
-// stop, the words said on stderr.
+// stop, the words said on stderr. Whether a limit stopped the run is the
+// host's Result.Stop, never the guest's status or output: a guest that
+// exits with 124 exits with 124, and --stats says it exited on its own.
 func exitStatus(res *sandbox.Result, err error) (int, error) {
-	var exit *sandbox.ExitError
-	for _, l := range limits {
-		if errors.Is(err, l.err) {
-			return l.code, errors.New(l.words)
-		}
+	if l, ok := limitOf(res, err); ok {
+		return l.code, errors.New(l.words)
 	}
+	var exit *sandbox.ExitError
 	switch {
 	case err == nil:
 		return 0, nil
@@ -348,22 +348,44 @@ func exitStatus(res *sandbox.Result, err error) (int, error) {
 	return exitFailure, err
 }
 
-// limits are the reasons a run is stopped, with their exit statuses.
-var limits = []struct {
+// limit is a reason a run is stopped, with its exit status.
+type limit struct {
+	stop sandbox.StopReason
+	// err is what a run that did not start (no Result) returns for it.
 	err   error
 	code  int
 	words string
-}{
-	{sandbox.ErrFuelExhausted, exitFuel, "fuel exhausted"},
-	{context.DeadlineExceeded, exitDeadline, "deadline exceeded"},
-	{sandbox.ErrMemoryLimit, exitMemory, "memory limit"},
-	{sandbox.ErrOutputLimit, exitOutput, "output limit"},
-	{context.Canceled, exitCanceled, "canceled"},
+}
+
+// limits are the reasons a run is stopped, with their exit statuses.
+var limits = []limit{
+	{sandbox.StopFuel, sandbox.ErrFuelExhausted, exitFuel, "fuel exhausted"},
+	{sandbox.StopDeadline, context.DeadlineExceeded, exitDeadline, "deadline exceeded"},
+	{sandbox.StopMemory, sandbox.ErrMemoryLimit, exitMemory, "memory limit"},
+	{sandbox.StopOutput, sandbox.ErrOutputLimit, exitOutput, "output limit"},
+	{sandbox.StopCanceled, context.Canceled, exitCanceled, "canceled"},
+}
+
+// limitOf returns the limit that stopped a run: its Result.Stop, or, for a
+// run that did not start and has no Result, its error's.
+func limitOf(res *sandbox.Result, err error) (limit, bool) {
+	for _, l := range limits {
+		if res != nil && res.Stop == l.stop || res == nil && errors.Is(err, l.err) {
+			return l, true
+		}
+	}
+	return limit{}, false
 }
 
 // stats is the JSON line --stats prints.
 type stats struct {
-	ExitCode    int     `json:"exit_code"`
+	ExitCode int `json:"exit_code"`
+	// Stop is what ended the run, from Result.Stop: "exit" when the guest
+	// ended it itself (with exit_code), else "fuel", "deadline",
+	// "canceled", "memory", "output", "trap" or "error".
+	Stop string `json:"stop"`
+	// StoppedBy is the limit that stopped the run, in the words of the
+	// error line; omitted when none did.
 	StoppedBy   string  `json:"stopped_by,omitempty"`
 	FuelUsed    int64   `json:"fuel_used"`
 	WallMS      float64 `json:"wall_ms"`
@@ -376,16 +398,13 @@ type stats struct {
 
 func writeStats(w io.Writer, res *sandbox.Result, err error) {
 	s := stats{
-		ExitCode: res.ExitCode, FuelUsed: res.FuelUsed,
+		ExitCode: res.ExitCode, Stop: res.Stop.String(), FuelUsed: res.FuelUsed,
 		WallMS:     float64(res.Duration.Microseconds()) / 1000,
 		PeakMemory: res.PeakMemory, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
 		HTTPRequests: res.HTTPRequests,
 	}
-	for _, l := range limits {
-		if errors.Is(err, l.err) {
-			s.StoppedBy = l.words
-			break
-		}
+	if l, ok := limitOf(res, err); ok {
+		s.StoppedBy = l.words
 	}
 	b, _ := json.Marshal(s)
 	fmt.Fprintf(w, "%s\n", b)
