@@ -64,12 +64,31 @@ func Volume(dir string) (afero.Fs, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox: volume: %w", err)
 	}
-	return HostDir(dir), nil
+	return HostDir(dir)
 }
 
-// HostDir returns a directory of the host as an afero.Fs, for a Mount.
-// Symbolic links in it are resolved inside it, never to the rest of the host.
-func HostDir(dir string) afero.Fs { return afero.NewBasePathFs(afero.NewOsFs(), dir) }
+// HostDir opens a directory of the host as an afero.Fs, for a Mount: a
+// *wasi.RootFs, which reaches the directory only through an os.Root. ".."
+// and symbolic links resolve inside it, never to the rest of the host, even
+// while other programs or sandboxes sharing the directory rename its
+// components or swap them for symbolic links. It fails (with an
+// *fs.PathError, so errors.Is(err, fs.ErrNotExist) works) when dir does not
+// exist or is not a directory.
+//
+// The directory stays open for as long as the returned Fs is reachable;
+// mount it in as many sandboxes as needed, and close it (it is an
+// io.Closer) when none uses it any more, or leave that to the garbage
+// collector.
+//
+// Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
+// only while nothing but the sandbox changes the directory.
+func HostDir(dir string) (afero.Fs, error) {
+	r, err := wasi.OpenRootFs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: host directory: %w", err)
+	}
+	return r, nil
+}
 
 // SandboxConfig describes a sandbox's filesystem. The zero value (or nil)
 // is a fresh in-memory root holding /tmp and /work, bounded by

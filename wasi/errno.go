@@ -3,6 +3,7 @@ package wasi
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"syscall"
 
 	"github.com/spf13/afero"
@@ -41,6 +42,11 @@ func toErrno(err error) sys.Errno {
 	if errors.Is(err, afero.ErrNoSymlink) || errors.Is(err, afero.ErrNoReadlink) {
 		return sys.ENOSYS
 	}
+	if isPathEscape(err) {
+		// os.Root refused a path that left its directory: only a
+		// concurrent change of the directory gets here (see RootFs).
+		return sys.EPERM
+	}
 	var se syscall.Errno
 	if errors.As(err, &se) {
 		switch se {
@@ -64,4 +70,16 @@ func toErrno(err error) sys.Errno {
 		return ENOSPC
 	}
 	return sys.EIO
+}
+
+// isPathEscape reports whether err is os.Root's refusal of a path that
+// leads out of its directory ("path escapes from parent"), which os does
+// not export.
+func isPathEscape(err error) bool {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
+		return true
+	}
+	var le *os.LinkError
+	return errors.As(err, &le) && le.Err != nil && le.Err.Error() == "path escapes from parent"
 }
