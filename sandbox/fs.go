@@ -35,6 +35,16 @@ var DefaultRootQuota = wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
 // memory that the guest's memory limit does not count.
 const DefaultMaxOpen = 1024
 
+// DefaultMaxListingBytes bounds the host memory that the directory listings
+// a guest holds open take in each mount (and in the in-memory root): a
+// listing is taken when a directory handle is first read, so that it reads
+// consistently, and kept until the handle is closed. Past it, reading one
+// more directory fails with ENOMEM (Python's OSError with errno ENOMEM).
+// Each entry counts wasi.ListingEntryBytes plus its name: 32 MiB holds about
+// 600,000 entries with 8-byte names, one listing of a directory that large
+// or about 60 listings at once of a 10,000-entry directory.
+const DefaultMaxListingBytes = 32 << 20
+
 // DefaultVolumeQuota is the quota the command line gives writable host
 // directories and volumes: generous, but a guest cannot fill the host's disk.
 var DefaultVolumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
@@ -185,7 +195,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		// (CPython caches small ints: a device number past 256 costs fuel,
 		// which broke deterministic runs).
 		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report,
-			MaxOpen: DefaultMaxOpen, Device: uint64(i + 1)}
+			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(i + 1)}
 		fsys, err := wasi.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)

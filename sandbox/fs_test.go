@@ -379,3 +379,37 @@ print(n)
 	require.NoError(t, err)
 	require.Len(t, ents, 1, "nothing created outside")
 }
+
+// TestDirectoryListingsAreBounded is the listing attack from a guest: a
+// directory of 9,000 entries and 1,000 scandir iterators, each read once,
+// which unbounded held 9,000,000 entries (660 MB of host memory). The
+// listings a mount holds stop at DefaultMaxListingBytes: the next read
+// fails with ENOMEM, and the files stay usable.
+func TestDirectoryListingsAreBounded(t *testing.T) {
+	s := newSandbox(t, nil)
+	res, err := s.Run(context.Background(), `
+import errno, os
+os.makedirs('/tmp/d')
+for i in range(9000):
+    open('/tmp/d/f%05d' % i, 'w').close()
+held = []
+try:
+    for i in range(1000):
+        it = os.scandir('/tmp/d')
+        held.append(it)
+        next(it)
+    print(len(held), 'none')
+except OSError as e:
+    print(len(held), errno.errorcode[e.errno])
+for it in held:
+    it.close()
+print(len(os.listdir('/tmp/d')))
+`, nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	perListing := 9000 * (wasi.ListingEntryBytes + len("f00000"))
+	fit := sandbox.DefaultMaxListingBytes / perListing
+	// (os.scandir reads the directory as it opens it, so the iterator whose
+	// listing fails is never held.)
+	assert.Equal(t, fmt.Sprintf("%d ENOMEM\n9000\n", fit), string(res.Stdout),
+		"%d listings fit in the bound; the next fails", fit)
+}

@@ -29,6 +29,12 @@ const ENOSPC sys.Errno = 4096 + 51 // 51 is ENOSPC in wasip1's errno numbering
 // (Options.ReportErrno).
 const EMFILE sys.Errno = 4096 + 33 // 33 is EMFILE in wasip1's errno numbering
 
+// ENOMEM is the errno returned when a directory listing would take the
+// listings held by open handles past Options.MaxListingBytes. Like ENOSPC it
+// is outside the range wazero defines, and a guest sees EIO unless the host
+// passes it on (Options.ReportErrno).
+const ENOMEM sys.Errno = 4096 + 48 // 48 is ENOMEM in wasip1's errno numbering
+
 // toErrno maps an error returned by an afero.Fs or afero.File to the closest
 // sys.Errno. Unknown errors become EIO.
 func toErrno(err error) sys.Errno {
