@@ -413,3 +413,40 @@ print(len(os.listdir('/tmp/d')))
 	assert.Equal(t, fmt.Sprintf("%d ENOMEM\n9000\n", fit), string(res.Stdout),
 		"%d listings fit in the bound; the next fails", fit)
 }
+
+// TestHostDirReadlinkShowsNoHostPath: links a guest makes in a host mount
+// are stored relative, so that readlink never shows the host's paths, even
+// after the directory moved, and the links still work there.
+func TestHostDirReadlinkShowsNoHostPath(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "vol")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	a := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir)}}})
+	runOK(t, a, `
+import os
+os.makedirs("/data/sub")
+open("/data/f", "w").write("content")
+os.symlink("f", "/data/l")
+os.symlink("../f", "/data/sub/up")
+os.symlink("../../../../f", "/data/sub/climb")
+`)
+	moved := filepath.Join(parent, "moved")
+	require.NoError(t, os.Rename(dir, moved))
+	b := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, moved)}}})
+	out := runOK(t, b, `
+import os
+for l in ["/data/l", "/data/sub/up", "/data/sub/climb"]:
+    print(l, os.readlink(l))
+    try:
+        print(open(l).read())
+    except OSError as e:
+        print(e)
+try:
+    os.readlink("/data/missing")
+except OSError as e:
+    print(e)
+`)
+	assert.Equal(t, "/data/l f\ncontent\n/data/sub/up ../f\ncontent\n/data/sub/climb ../f\ncontent\n"+
+		"[Errno 44] No such file or directory: '/data/missing'\n", out)
+	assert.NotContains(t, out, parent)
+}

@@ -515,6 +515,15 @@ func (f *FS) OpenFile(name string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	// What was opened may not be what was checked, if the directory
+	// changed in between (a RootFs opens without blocking).
+	if fi, err := af.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = af.Close()
+		if err != nil {
+			return nil, toErrno(err)
+		}
+		return nil, sys.EACCES
+	}
 	if trunc && write {
 		before, errno := fileSize(af)
 		if errno == 0 {

@@ -120,9 +120,11 @@ func (r *RootFs) Open(name string) (afero.File, error) {
 	return r.OpenFile(name, os.O_RDONLY, 0)
 }
 
-// OpenFile implements afero.Fs.
+// OpenFile implements afero.Fs. On Unix, files are opened with O_NONBLOCK,
+// which changes nothing for regular files and directories and lets the
+// open of a named pipe or device return at once.
 func (r *RootFs) OpenFile(name string, flag int, perm os.FileMode) (afero.File, error) {
-	f, err := r.root.OpenFile(rel(name), flag, perm&fs.ModePerm)
+	f, err := r.root.OpenFile(rel(name), flag|openNonblock, perm&fs.ModePerm)
 	if err != nil {
 		return nil, err
 	}
