@@ -185,9 +185,11 @@ var devices atomic.Uint64
 // NewFS returns an FS that serves the content of fsys, whose root ("/") is
 // the root of the mount, with the given options.
 //
-// fsys may be any afero.Fs whose root exists and is a directory. Symbolic
-// links are supported when fsys implements afero.Lstater, afero.LinkReader
-// and, to create them, afero.Linker (afero.OsFs, afero.BasePathFs over it);
+// fsys may be any afero.Fs whose root exists and is a directory; for a host
+// directory use a RootFs, which stays confined while the directory changes
+// under it (see the package documentation). Symbolic links are supported
+// when fsys implements afero.Lstater, afero.LinkReader and, to create them,
+// afero.Linker (RootFs, afero.OsFs, afero.BasePathFs over it);
 // they are always expanded by this package (see Resolve). A backing Fs that
 // can hold symbolic links must implement afero.Lstater, or its own Stat
 // would follow them. Hard links are not supported (Link fails with ENOSYS).
@@ -824,7 +826,8 @@ func (f *FS) Link(oldName, newName string) sys.Errno {
 }
 
 // Symlink implements sys.FS: it creates linkName pointing at target, which
-// is stored as given (see NewFS for afero.BasePathFs). An absolute target
+// is stored as given (see NewFS for afero.BasePathFs, and RootFs, which cuts
+// a target that climbs above its root). An absolute target
 // fails with EPERM, as WASI's path resolution does not permit one (and as
 // wazero's own host directory file system does); links that are already in
 // the backing file system with absolute targets are still followed, taken
