@@ -37,10 +37,11 @@ import (
 // of the directory as written: a relative target that climbs above the root
 // is stored in its shortest form from the link's directory with the excess
 // ".." dropped (as Resolve would read it), and an absolute target, taken
-// relative to the root, is stored as the host path under the directory.
-// ReadlinkIfPossible shows a target under the directory's host path as an
-// absolute path from the root, so the directory's host path is never shown.
-// Links that were already in the directory are returned as they are.
+// relative to the root, is stored as the relative path to the same place.
+// No host path is stored, so the directory can move. ReadlinkIfPossible
+// shows a target under the directory's host path (a link the host made) as
+// an absolute path from the root, so the directory's host path is never
+// shown; other links are returned as they are.
 //
 // Errors name paths as given to the RootFs, never the directory's host
 // path. The permission bits of created files and directories are limited to
@@ -183,13 +184,15 @@ func (r *RootFs) SymlinkIfPossible(oldname, newname string) error {
 // hostTarget returns what to store as the target of the link at link (a
 // name relative to the root) for target.
 func (r *RootFs) hostTarget(link, target string) (string, error) {
-	if strings.HasPrefix(target, "/") {
-		if len(r.bases) == 0 {
-			return "", errors.New("absolute target in a directory of unknown host path")
-		}
-		return path.Join(r.bases[0], path.Clean(target)), nil
-	}
 	dir := path.Dir(link) // "." for the root
+	if strings.HasPrefix(target, "/") {
+		// Relative to the root: the same place, from the link's directory.
+		short, err := filepath.Rel("/"+dir, path.Clean(target))
+		if err != nil {
+			return "", err
+		}
+		return filepath.ToSlash(short), nil
+	}
 	depth := 0
 	if dir != "." {
 		depth = strings.Count(dir, "/") + 1
