@@ -35,6 +35,16 @@ var DefaultRootQuota = wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
 // memory that the guest's memory limit does not count.
 const DefaultMaxOpen = 1024
 
+// DefaultMaxListingBytes bounds the host memory that the directory listings
+// a guest holds open take in each mount (and in the in-memory root): a
+// listing is taken when a directory handle is first read, so that it reads
+// consistently, and kept until the handle is closed. Past it, reading one
+// more directory fails with ENOMEM (Python's OSError with errno ENOMEM).
+// Each entry counts wasi.ListingEntryBytes plus its name: 32 MiB holds about
+// 600,000 entries with 8-byte names, one listing of a directory that large
+// or about 60 listings at once of a 10,000-entry directory.
+const DefaultMaxListingBytes = 32 << 20
+
 // DefaultVolumeQuota is the quota the command line gives writable host
 // directories and volumes: generous, but a guest cannot fill the host's disk.
 var DefaultVolumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
@@ -64,12 +74,31 @@ func Volume(dir string) (afero.Fs, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox: volume: %w", err)
 	}
-	return HostDir(dir), nil
+	return HostDir(dir)
 }
 
-// HostDir returns a directory of the host as an afero.Fs, for a Mount.
-// Symbolic links in it are resolved inside it, never to the rest of the host.
-func HostDir(dir string) afero.Fs { return afero.NewBasePathFs(afero.NewOsFs(), dir) }
+// HostDir opens a directory of the host as an afero.Fs, for a Mount: a
+// *wasi.RootFs, which reaches the directory only through an os.Root. ".."
+// and symbolic links resolve inside it, never to the rest of the host, even
+// while other programs or sandboxes sharing the directory rename its
+// components or swap them for symbolic links. It fails (with an
+// *fs.PathError, so errors.Is(err, fs.ErrNotExist) works) when dir does not
+// exist or is not a directory.
+//
+// The directory stays open for as long as the returned Fs is reachable;
+// mount it in as many sandboxes as needed, and close it (it is an
+// io.Closer) when none uses it any more, or leave that to the garbage
+// collector.
+//
+// Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
+// only while nothing but the sandbox changes the directory.
+func HostDir(dir string) (afero.Fs, error) {
+	r, err := wasi.OpenRootFs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: host directory: %w", err)
+	}
+	return r, nil
+}
 
 // SandboxConfig describes a sandbox's filesystem. The zero value (or nil)
 // is a fresh in-memory root holding /tmp and /work, bounded by
@@ -166,7 +195,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		// (CPython caches small ints: a device number past 256 costs fuel,
 		// which broke deterministic runs).
 		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report,
-			MaxOpen: DefaultMaxOpen, Device: uint64(i + 1)}
+			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(i + 1)}
 		fsys, err := wasi.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)

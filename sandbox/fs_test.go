@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -23,6 +24,15 @@ func newSandbox(t *testing.T, cfg *sandbox.SandboxConfig) *sandbox.Sandbox {
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// hostDir opens dir with sandbox.HostDir, closing it at the end of the test.
+func hostDir(t *testing.T, dir string) afero.Fs {
+	t.Helper()
+	fsys, err := sandbox.HostDir(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = fsys.(io.Closer).Close() })
+	return fsys
 }
 
 func runOK(t *testing.T, s *sandbox.Sandbox, code string) string {
@@ -122,7 +132,7 @@ print(len(rows))
 func TestVolumePersistsAcrossSandboxes(t *testing.T) {
 	dir := t.TempDir()
 	vol := func() *sandbox.SandboxConfig {
-		return &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
+		return &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
 	}
 	s1 := newSandbox(t, vol())
 	runOK(t, s1, `
@@ -175,7 +185,7 @@ func TestEscapesNeverReachTheHost(t *testing.T) {
 	require.NoError(t, os.Symlink("loop-b", filepath.Join(dir, "loop-a")))
 	require.NoError(t, os.Symlink("loop-a", filepath.Join(dir, "loop-b")))
 
-	s := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(dir)}}})
+	s := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir)}}})
 	res, err := s.Run(context.Background(), `
 import os
 def attempt(label, f):
@@ -247,8 +257,8 @@ except OSError as e:
 }
 
 func TestSandboxesAreIsolated(t *testing.T) {
-	a := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(t.TempDir())}}})
-	b := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(t.TempDir())}}})
+	a := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir())}}})
+	b := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir())}}})
 	runOK(t, a, `open("/data/a-only", "w").write("a"); open("/work/a-root", "w").write("a")`)
 	out := runOK(t, b, `import os; print(os.listdir("/data"), os.listdir("/work"))`)
 	assert.Equal(t, "[] []\n", out)
@@ -305,4 +315,138 @@ print(len(open('/tmp/f1').read()))
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	assert.Equal(t, fmt.Sprintf("%d EMFILE No file descriptors available\n0\n", sandbox.DefaultMaxOpen-1), string(res.Stdout),
 		"the runtime holds one handle on the root")
+}
+
+// TestHostDirSymlinkSwapEscape is the shared-volume attack: a host link in a
+// volume points outside it; a guest in one sandbox keeps swapping a
+// directory of the volume for that link (renames), while another sandbox on
+// the same volume reads and writes through the directory. Through HostDir,
+// nothing outside the volume is ever read or written. Bounded in time.
+func TestHostDirSymlinkSwapEscape(t *testing.T) {
+	outside := t.TempDir()
+	secret := "TOP-SECRET-" + filepath.Base(outside)
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret.txt"), []byte(secret), 0o600))
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "x"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "x", "secret.txt"), []byte("inside"), 0o644))
+	require.NoError(t, os.Symlink(outside, filepath.Join(dir, "outlink")))
+
+	swapper := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/v", FS: hostDir(t, dir)}}})
+	victim := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/v", FS: hostDir(t, dir)}}})
+
+	seconds := 2.0
+	if testing.Short() {
+		seconds = 0.5
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := swapper.Run(context.Background(), fmt.Sprintf(`
+import os, time
+end = time.time() + %g
+n = 0
+while time.time() < end:
+    os.rename("/v/x", "/v/x_real"); os.rename("/v/outlink", "/v/x")
+    os.rename("/v/x", "/v/outlink"); os.rename("/v/x_real", "/v/x")
+    n += 1
+print(n)
+`, seconds), nil)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("swapper: %s", res.Stderr)
+		}
+		done <- err
+	}()
+	tries, escapes := 0, 0
+	for running := true; running; {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			running = false
+		default:
+		}
+		tries++
+		if b, err := victim.ReadFile("/v/x/secret.txt"); err == nil && string(b) == secret {
+			escapes++
+		}
+		_ = victim.WriteFile("/v/x/new.txt", []byte("planted"))
+		_ = victim.Remove("/v/x/new.txt")
+		if _, err := os.Lstat(filepath.Join(outside, "new.txt")); err == nil {
+			escapes++
+		}
+	}
+	t.Logf("%d escapes in %d tries", escapes, tries)
+	require.Zero(t, escapes)
+	ents, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "nothing created outside")
+}
+
+// TestDirectoryListingsAreBounded is the listing attack from a guest: a
+// directory of 9,000 entries and 1,000 scandir iterators, each read once,
+// which unbounded held 9,000,000 entries (660 MB of host memory). The
+// listings a mount holds stop at DefaultMaxListingBytes: the next read
+// fails with ENOMEM, and the files stay usable.
+func TestDirectoryListingsAreBounded(t *testing.T) {
+	s := newSandbox(t, nil)
+	res, err := s.Run(context.Background(), `
+import errno, os
+os.makedirs('/tmp/d')
+for i in range(9000):
+    open('/tmp/d/f%05d' % i, 'w').close()
+held = []
+try:
+    for i in range(1000):
+        it = os.scandir('/tmp/d')
+        held.append(it)
+        next(it)
+    print(len(held), 'none')
+except OSError as e:
+    print(len(held), errno.errorcode[e.errno])
+for it in held:
+    it.close()
+print(len(os.listdir('/tmp/d')))
+`, nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	perListing := 9000 * (wasi.ListingEntryBytes + len("f00000"))
+	fit := sandbox.DefaultMaxListingBytes / perListing
+	// (os.scandir reads the directory as it opens it, so the iterator whose
+	// listing fails is never held.)
+	assert.Equal(t, fmt.Sprintf("%d ENOMEM\n9000\n", fit), string(res.Stdout),
+		"%d listings fit in the bound; the next fails", fit)
+}
+
+// TestHostDirReadlinkShowsNoHostPath: links a guest makes in a host mount
+// are stored relative, so that readlink never shows the host's paths, even
+// after the directory moved, and the links still work there.
+func TestHostDirReadlinkShowsNoHostPath(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "vol")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	a := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir)}}})
+	runOK(t, a, `
+import os
+os.makedirs("/data/sub")
+open("/data/f", "w").write("content")
+os.symlink("f", "/data/l")
+os.symlink("../f", "/data/sub/up")
+os.symlink("../../../../f", "/data/sub/climb")
+`)
+	moved := filepath.Join(parent, "moved")
+	require.NoError(t, os.Rename(dir, moved))
+	b := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, moved)}}})
+	out := runOK(t, b, `
+import os
+for l in ["/data/l", "/data/sub/up", "/data/sub/climb"]:
+    print(l, os.readlink(l))
+    try:
+        print(open(l).read())
+    except OSError as e:
+        print(e)
+try:
+    os.readlink("/data/missing")
+except OSError as e:
+    print(e)
+`)
+	assert.Equal(t, "/data/l f\ncontent\n/data/sub/up ../f\ncontent\n/data/sub/climb ../f\ncontent\n"+
+		"[Errno 44] No such file or directory: '/data/missing'\n", out)
+	assert.NotContains(t, out, parent)
 }

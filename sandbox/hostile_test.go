@@ -97,7 +97,7 @@ attempt("home", lambda: os.listdir(os.path.expanduser("~")))
 			"etc FileNotFoundError ENOENT", "home FileNotFoundError ENOENT")},
 
 		{name: "symlinks out of a volume", mounts: func(t *testing.T) []sandbox.Mount {
-			return []sandbox.Mount{{Path: "/data", FS: sandbox.HostDir(t.TempDir()), Quota: sandbox.DefaultVolumeQuota}}
+			return []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir()), Quota: sandbox.DefaultVolumeQuota}}
 		}, code: attemptPy + fmt.Sprintf(`
 attempt("absolute", lambda: os.symlink(%[1]q, "/data/abs"))
 attempt("relative", lambda: os.symlink("../../../../../../../../" + %[1]q, "/data/rel"))

@@ -111,8 +111,9 @@ func runSuiteCase(t *testing.T, g *Guest, c suiteCase, fsys string) suiteOutcome
 		case "hostdir":
 			dir := t.TempDir()
 			require.NoError(t, os.CopyFS(dir, os.DirFS(src)))
-			var err error
-			sb, err = g.NewSandbox(&SandboxConfig{Mounts: []Mount{{Path: "/", FS: HostDir(dir)}}})
+			host, err := HostDir(dir)
+			require.NoError(t, err)
+			sb, err = g.NewSandbox(&SandboxConfig{Mounts: []Mount{{Path: "/", FS: host}}})
 			require.NoError(t, err)
 		}
 	}

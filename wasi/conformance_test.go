@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/wasi"
 	"github.com/fumehood/fumehood/wasi/wasitest"
 )
 
@@ -41,4 +42,13 @@ var baseContent = map[string]string{
 	"/readme.txt":          "read me",
 	"/lib/python/os.py":    "import sys\n",
 	"/lib/python/empty.py": "",
+}
+
+func TestConformanceRootFs(t *testing.T) {
+	wasitest.TestFS(t, func(t *testing.T) afero.Fs {
+		r, err := wasi.OpenRootFs(t.TempDir())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	})
 }

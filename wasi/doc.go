@@ -1,6 +1,6 @@
 // Package wasi gives a WebAssembly guest run by wazero a writable file system
-// backed by any afero.Fs: an in-memory afero.MemMapFs for a scratch space, an
-// afero.BasePathFs over afero.OsFs for a persistent host directory, an
+// backed by any afero.Fs: an in-memory afero.MemMapFs for a scratch space, a
+// RootFs (OpenRootFs) for a persistent host directory, an
 // afero.CopyOnWriteFs for a writable layer over read-only content, and so on.
 //
 // wazero itself mounts only read-only fs.FS trees or host directories. NewFS
@@ -52,11 +52,18 @@
 //
 // Path resolution checks each component and then uses the resolved path.
 // With a backing file system on a real host directory, a component replaced
-// by a symbolic link between that check and its use could redirect the use.
-// This package assumes that the guests it serves are the only writers of
-// their mounts, which holds when the host directory is dedicated to the
-// sandbox: a guest can then change components only through this package,
-// whose operations are serialised, and wasip1 guests are single-threaded. Do
-// not give a guest a host directory that another process modifies
-// concurrently.
+// by a symbolic link between that check and its use (by another FS over the
+// same directory, as two sandboxes sharing a volume, or by another program)
+// could redirect the use. RootFs closes that window: it reaches the
+// directory only through an os.Root, which never leaves it whatever the
+// directory holds at the time of the use, and opens without blocking, the
+// FS checking the type of what was opened. afero.BasePathFs over
+// afero.OsFs hands whole host paths to the operating system: it is confined
+// only while the FS is the only writer of the directory. Use RootFs for
+// host directories.
+//
+// # Host memory
+//
+// Besides the quota, Options.MaxOpen bounds the handles open at once and
+// Options.MaxListingBytes the directory listings they hold (see FS.ListingBytes).
 package wasi

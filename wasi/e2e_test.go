@@ -186,8 +186,14 @@ func TestGuestSymlinks(t *testing.T) {
 }
 
 func TestGuestHostSymlinkEscape(t *testing.T) {
+	for _, b := range hostBackends {
+		t.Run(b.name, func(t *testing.T) { testGuestHostSymlinkEscape(t, b.open) })
+	}
+}
+
+func testGuestHostSymlinkEscape(t *testing.T, open func(*testing.T, string) afero.Fs) {
 	root, outside := hostLayout(t)
-	fsys, err := wasi.NewFS(afero.NewBasePathFs(afero.NewOsFs(), root), wasi.Options{})
+	fsys, err := wasi.NewFS(open(t, root), wasi.Options{})
 	require.NoError(t, err)
 	mounts := []mount{{fsys, "/"}}
 	out := runProbe(t, mounts, "read",

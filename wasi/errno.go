@@ -3,6 +3,7 @@ package wasi
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"syscall"
 
 	"github.com/spf13/afero"
@@ -28,6 +29,12 @@ const ENOSPC sys.Errno = 4096 + 51 // 51 is ENOSPC in wasip1's errno numbering
 // (Options.ReportErrno).
 const EMFILE sys.Errno = 4096 + 33 // 33 is EMFILE in wasip1's errno numbering
 
+// ENOMEM is the errno returned when a directory listing would take the
+// listings held by open handles past Options.MaxListingBytes. Like ENOSPC it
+// is outside the range wazero defines, and a guest sees EIO unless the host
+// passes it on (Options.ReportErrno).
+const ENOMEM sys.Errno = 4096 + 48 // 48 is ENOMEM in wasip1's errno numbering
+
 // toErrno maps an error returned by an afero.Fs or afero.File to the closest
 // sys.Errno. Unknown errors become EIO.
 func toErrno(err error) sys.Errno {
@@ -40,6 +47,11 @@ func toErrno(err error) sys.Errno {
 	}
 	if errors.Is(err, afero.ErrNoSymlink) || errors.Is(err, afero.ErrNoReadlink) {
 		return sys.ENOSYS
+	}
+	if isPathEscape(err) {
+		// os.Root refused a path that left its directory: only a
+		// concurrent change of the directory gets here (see RootFs).
+		return sys.EPERM
 	}
 	var se syscall.Errno
 	if errors.As(err, &se) {
@@ -64,4 +76,16 @@ func toErrno(err error) sys.Errno {
 		return ENOSPC
 	}
 	return sys.EIO
+}
+
+// isPathEscape reports whether err is os.Root's refusal of a path that
+// leads out of its directory ("path escapes from parent"), which os does
+// not export.
+func isPathEscape(err error) bool {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
+		return true
+	}
+	var le *os.LinkError
+	return errors.As(err, &le) && le.Err != nil && le.Err.Error() == "path escapes from parent"
 }

@@ -41,6 +41,15 @@ type file struct {
 	listed  bool
 	dirents []sys.Dirent
 	dirPos  int
+	// listCost is what the listing is charged (FS.listing).
+	listCost int64
+}
+
+// dropListing forgets the listing and releases its charge. The caller holds
+// f.fs.mu.
+func (f *file) dropListing() {
+	f.fs.listing -= f.listCost
+	f.listed, f.dirents, f.dirPos, f.listCost = false, nil, 0, 0
 }
 
 var _ sys.PollableFile = (*file)(nil)
@@ -203,7 +212,7 @@ func (f *file) Seek(offset fileOffset, whence int) (int64, sys.Errno) {
 	}
 	if f.dir {
 		if offset == 0 && whence == io.SeekStart {
-			f.listed, f.dirents, f.dirPos = false, nil, 0
+			f.dropListing()
 			return 0, 0
 		}
 		return 0, sys.EISDIR
@@ -235,7 +244,9 @@ func (f *file) Seek(offset fileOffset, whence int) (int64, sys.Errno) {
 
 // Readdir implements sys.File. The first call after opening or rewinding
 // lists the whole directory, sorted by name; later calls page through that
-// listing, so entries are never skipped or repeated while it is read.
+// listing, so entries are never skipped or repeated while it is read. The
+// listing is held until the file is closed or rewound and counts against
+// Options.MaxListingBytes: past it, listing fails with ENOMEM.
 func (f *file) Readdir(n int) ([]sys.Dirent, sys.Errno) {
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
@@ -247,6 +258,14 @@ func (f *file) Readdir(n int) ([]sys.Dirent, sys.Errno) {
 		if errno != 0 {
 			return nil, errno
 		}
+		cost := int64(0)
+		for _, fi := range fis {
+			cost += ListingEntryBytes + int64(len(fi.Name()))
+		}
+		if errno := f.fs.holdListing(cost); errno != 0 {
+			return nil, errno
+		}
+		f.listCost = cost
 		dirents := make([]sys.Dirent, len(fis))
 		for i, fi := range fis {
 			dirents[i] = sys.Dirent{
@@ -423,7 +442,7 @@ func (f *file) Close() sys.Errno {
 		return 0
 	}
 	f.closed = true
-	f.dirents = nil
+	f.dropListing()
 	var errno sys.Errno
 	if f.af != nil {
 		if f.n.orphan && f.n.open == 1 {

@@ -29,9 +29,10 @@ type Options struct {
 
 	// ReportErrno, if set, is called during a failing operation with the
 	// WASI errno that wazero cannot express and turns into EIO: ENOSPC
-	// (51), when a quota is exceeded, and EMFILE (33), past MaxOpen. A host whose guest is
-	// rewritten by internal/errnoshim passes it on, so the guest sees
-	// ENOSPC instead of EIO.
+	// (51), when a quota is exceeded, EMFILE (33), past MaxOpen, and ENOMEM
+	// (48), past MaxListingBytes. A host whose guest is rewritten by
+	// internal/errnoshim passes it on, so the guest sees ENOSPC instead of
+	// EIO.
 	ReportErrno func(wasip1Errno uint16)
 
 	// MaxOpen, if not zero, bounds the handles open at once: opening one
@@ -39,6 +40,17 @@ type Options struct {
 	// handle costs the host memory outside the guest's, so a sandbox sets
 	// one (DefaultMaxOpen).
 	MaxOpen int
+
+	// MaxListingBytes, if not zero, bounds the host memory that directory
+	// listings held by open handles may take in all (see ListingBytes).
+	// A handle's listing is taken at its first Readdir after opening or
+	// rewinding, so that positions stay valid while it is read, and is
+	// released when the handle is closed or rewound; a listing that would
+	// take the total past the bound fails with ENOMEM (reported like
+	// ENOSPC, see ReportErrno). Each entry is counted as ListingEntryBytes
+	// plus the length of its name. A sandbox sets one
+	// (sandbox.DefaultMaxListingBytes).
+	MaxListingBytes int64
 
 	// Device, if not zero, is the device number the FS reports instead of
 	// one unique in the process: for file systems that must look the same
@@ -117,6 +129,36 @@ type FS struct {
 	// handles counts open handles, orphans included; maxOpen bounds it.
 	handles int
 	maxOpen int
+	// listing is the bytes of directory listings held by open handles;
+	// maxListing bounds it.
+	listing    int64
+	maxListing int64
+}
+
+// ListingEntryBytes is what one directory entry held in a listing is counted
+// as, on top of the length of its name (Options.MaxListingBytes): its
+// record and the allocation of its name.
+const ListingEntryBytes = 48
+
+// holdListing charges bytes of a new listing, or fails with ENOMEM past
+// the bound. The caller holds f.mu.
+func (f *FS) holdListing(bytes int64) sys.Errno {
+	if f.maxListing > 0 && f.listing+bytes > f.maxListing {
+		if f.report != nil {
+			f.report(uint16(ENOMEM - 4096))
+		}
+		return ENOMEM
+	}
+	f.listing += bytes
+	return 0
+}
+
+// ListingBytes returns the bytes of directory listings that open handles
+// hold, as counted against Options.MaxListingBytes.
+func (f *FS) ListingBytes() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listing
 }
 
 // node is what the FS knows of one path: its inode number and, while it is
@@ -143,9 +185,11 @@ var devices atomic.Uint64
 // NewFS returns an FS that serves the content of fsys, whose root ("/") is
 // the root of the mount, with the given options.
 //
-// fsys may be any afero.Fs whose root exists and is a directory. Symbolic
-// links are supported when fsys implements afero.Lstater, afero.LinkReader
-// and, to create them, afero.Linker (afero.OsFs, afero.BasePathFs over it);
+// fsys may be any afero.Fs whose root exists and is a directory; for a host
+// directory use a RootFs, which stays confined while the directory changes
+// under it (see the package documentation). Symbolic links are supported
+// when fsys implements afero.Lstater, afero.LinkReader and, to create them,
+// afero.Linker (RootFs, afero.OsFs, afero.BasePathFs over it);
 // they are always expanded by this package (see Resolve). A backing Fs that
 // can hold symbolic links must implement afero.Lstater, or its own Stat
 // would follow them. Hard links are not supported (Link fails with ENOSYS).
@@ -162,8 +206,9 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 	if fsys == nil {
 		return nil, errors.New("wasi: NewFS: nil afero.Fs")
 	}
-	if opts.Quota.MaxBytes < 0 || opts.Quota.MaxFiles < 0 || opts.MaxOpen < 0 {
-		return nil, fmt.Errorf("wasi: NewFS: negative quota %+v", opts.Quota)
+	if opts.Quota.MaxBytes < 0 || opts.Quota.MaxFiles < 0 || opts.MaxOpen < 0 || opts.MaxListingBytes < 0 {
+		return nil, fmt.Errorf("wasi: NewFS: negative quota %+v, MaxOpen %d or MaxListingBytes %d",
+			opts.Quota, opts.MaxOpen, opts.MaxListingBytes)
 	}
 	f := &FS{
 		fsys:       fsys,
@@ -173,6 +218,7 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 		accounting: opts.Quota.MaxBytes > 0 || opts.Quota.MaxFiles > 0,
 		report:     opts.ReportErrno,
 		maxOpen:    opts.MaxOpen,
+		maxListing: opts.MaxListingBytes,
 		dev:        opts.Device,
 		nodes:      map[string]*node{},
 	}
@@ -470,6 +516,15 @@ func (f *FS) OpenFile(name string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 	af, err := f.fsys.OpenFile(r.path, osAccess(read, write), 0)
 	if err != nil {
 		return nil, toErrno(err)
+	}
+	// What was opened may not be what was checked, if the directory
+	// changed in between (a RootFs opens without blocking).
+	if fi, err := af.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = af.Close()
+		if err != nil {
+			return nil, toErrno(err)
+		}
+		return nil, sys.EACCES
 	}
 	if trunc && write {
 		before, errno := fileSize(af)
@@ -771,7 +826,8 @@ func (f *FS) Link(oldName, newName string) sys.Errno {
 }
 
 // Symlink implements sys.FS: it creates linkName pointing at target, which
-// is stored as given (see NewFS for afero.BasePathFs). An absolute target
+// is stored as given (see NewFS for afero.BasePathFs, and RootFs, which cuts
+// a target that climbs above its root). An absolute target
 // fails with EPERM, as WASI's path resolution does not permit one (and as
 // wazero's own host directory file system does); links that are already in
 // the backing file system with absolute targets are still followed, taken

@@ -46,7 +46,8 @@ const (
 // backing file system's own errors.
 //
 // When fsys is an *afero.BasePathFs, absolute link targets that start with
-// its base directory are first made relative to it (see NewFS).
+// its base directory are first made relative to it (see NewFS). A RootFs
+// does the same itself (see RootFs).
 func Resolve(fsys afero.Fs, name string) (string, error) {
 	r, errno := newResolver(fsys).resolve(name, true)
 	if errno != 0 {

@@ -274,7 +274,11 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if kind == "fuelfs" {
 			// The sandbox's root is its own; the build's tree goes at /py,
 			// so -env paths must start with /py.
-			scfg = &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/py", FS: sandbox.HostDir(rootDir), ReadOnly: true}}}
+			pyFs, err := sandbox.HostDir(rootDir)
+			if err != nil {
+				return nil, nil, err
+			}
+			scfg = &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/py", FS: pyFs, ReadOnly: true}}}
 			cfg.Env = map[string]string{}
 			for _, kv := range env {
 				k, v, _ := strings.Cut(kv, "=")

@@ -76,7 +76,11 @@ func (m *mountFlags) add(volume bool) func(string) error {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("%s is not a directory", host)
 		}
-		mt := sandbox.Mount{Path: path.Clean(guest), FS: sandbox.HostDir(dir), ReadOnly: readOnly}
+		fsys, err := sandbox.HostDir(dir)
+		if err != nil {
+			return err
+		}
+		mt := sandbox.Mount{Path: path.Clean(guest), FS: fsys, ReadOnly: readOnly}
 		if !readOnly {
 			mt.Quota = sandbox.DefaultVolumeQuota
 		}

@@ -76,8 +76,13 @@ func run(ctx context.Context, w io.Writer, dir string) error {
 	defer py.Close(ctx)
 
 	// HostDir confines the guest to dir: ".." and symbolic links resolve
-	// inside it. Any afero.Fs will do (afero.NewBasePathFs, a cloud store).
-	volume := sandbox.Mount{Path: "/data", FS: sandbox.HostDir(dir), Quota: quota}
+	// inside it, even if something else changes dir meanwhile. Any afero.Fs
+	// will do (afero.NewMemMapFs, a cloud store).
+	host, err := sandbox.HostDir(dir)
+	if err != nil {
+		return err
+	}
+	volume := sandbox.Mount{Path: "/data", FS: host, Quota: quota}
 	runIn := func(code string) error {
 		// A new sandbox each time, as for separate jobs: only /data carries over.
 		sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{volume}})
