@@ -469,7 +469,9 @@ func TestIOTransportSkipsMalformedLines(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- srv.MCP().Run(ctx, &mcpserver.IOTransport{Reader: inR, Writer: outW, MaxLineLength: 1024})
+		err := srv.MCP().Run(ctx, &mcpserver.IOTransport{Reader: inR, Writer: outW, MaxLineLength: 1024})
+		outW.CloseWithError(fmt.Errorf("the server ended: %v", err)) // no reader waits forever
+		done <- err
 	}()
 	p := &rawPeer{t: t, in: inW, lines: bufio.NewScanner(outR)}
 

@@ -167,7 +167,11 @@ func TestMCPStdioMalformedLine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- cmdMCP(ctx, []string{"--offline", "--max-output", "1KiB"}, inR, outW, io.Discard) }()
+	go func() {
+		err := cmdMCP(ctx, []string{"--offline", "--max-output", "1KiB"}, inR, outW, io.Discard)
+		outW.CloseWithError(fmt.Errorf("fumehood mcp ended: %v", err)) // no reader waits forever
+		done <- err
+	}()
 	lines := bufio.NewScanner(outR)
 	lines.Buffer(nil, 1<<20)
 	send := func(line string) {
