@@ -7,10 +7,19 @@
 //	py, _ := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
 //	srv, _ := mcpserver.New(py, &mcpserver.Options{SnapshotDir: dir})
 //	defer srv.Close()
-//	srv.MCP().Run(ctx, &mcp.StdioTransport{})
+//	srv.MCP().Run(ctx, &mcpserver.IOTransport{Reader: os.Stdin, Writer: os.Stdout})
 //
 // A Python exception, a limit hit or a bad argument is a tool result with
 // isError set, which the model reads and can act on, never a protocol error.
+//
+// Clients are untrusted. A call only lowers the server's limits; runs,
+// sessions and guest memory are bounded over all clients together
+// (Options.MaxRuns, MaxSessions, MemoryBudget); every text of a result is
+// cut to Options.MaxOutput. A session belongs to the MCP session (the
+// SDK's ServerSession) that made it: other clients cannot see it, and it
+// is closed when its MCP session ends. Over streamable HTTP, set
+// mcp.StreamableHTTPOptions.SessionTimeout so that the MCP sessions of
+// clients that vanish end too.
 package mcpserver
 
 import (

@@ -25,13 +25,16 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: fumehood mcp [flags]\n\nServes the tools run_python, session_create, session_run, session_files,\n"+
-			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\nFlags:\n")
+			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\n"+
+			"A call may lower --timeout and --fuel, never raise them. --max-sessions, --max-runs\n"+
+			"and --memory-budget bound all clients together; over HTTP each client sees only\n"+
+			"its own sessions and snapshots.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run (a call may ask for less)")
 	fuel := fs.Int64("fuel", 0, "fuel budget of a run; 0 means the default (a call may ask for less)")
 	memory := fs.String("memory", "", "memory limit of a sandbox or session, such as 64MiB (default 256MiB)")
-	maxOutput := fs.String("max-output", "", "bytes kept of each of stdout and stderr (default 1MiB)")
+	maxOutput := fs.String("max-output", "", "bytes kept of each text of a result: stdout, stderr, value, exception, file read (default 1MiB)")
 	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
 	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, over all clients, at most")
 	maxRuns := fs.Int("max-runs", 0, "runs executing at once, over all clients; a call past it waits (default GOMAXPROCS, at least 2)")
