@@ -283,6 +283,25 @@ func TestMemoryBudget(t *testing.T) {
 
 	_, err = mcpserver.New(py, &mcpserver.Options{MemoryLimit: 64 << 20, MemoryBudget: 32 << 20})
 	assert.ErrorContains(t, err, "MemoryBudget")
+
+	// A run_python that only other run_python calls are in the way of
+	// waits for them: with room for one, three in parallel all run, one at
+	// a time.
+	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, MemoryLimit: 64 << 20, MemoryBudget: 64 << 20})
+	require.NoError(t, err)
+	defer one.Close()
+	cs = connect(t, one)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
+				Arguments: map[string]any{"code": "import time\ntime.sleep(0.05)\n1"}})
+			if assert.NoError(t, err) {
+				assert.False(t, res.IsError, text(res))
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestClientsOwnTheirSessions serves two clients over streamable HTTP.
@@ -486,6 +505,13 @@ func TestIOTransportSkipsMalformedLines(t *testing.T) {
 	p.send(`{"jsonrpc":"2.0","id":3,`)
 	p.expectError(nil, -32700)
 	p.send(strings.Repeat("x", 2000))
+	p.expectError(nil, -32700)
+	ping := `{"jsonrpc":"2.0","id":5,"method":"ping"`
+	p.send(ping + strings.Repeat(" ", 1023-len(ping)) + "}") // 1024 bytes: the longest line
+	m = p.next()
+	assert.Equal(t, 5.0, m["id"])
+	assert.Contains(t, m, "result", "%v", m)
+	p.send(ping + strings.Repeat(" ", 1024-len(ping)) + "}")
 	p.expectError(nil, -32700)
 	p.send(`[]`)
 	p.expectError(nil, -32600)

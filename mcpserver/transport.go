@@ -43,8 +43,9 @@ func (t *IOTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	w := &lockedWriter{w: t.Writer}
 	pr, pw := io.Pipe()
 	go filterLines(t.Reader, pw, w, limit)
-	// The SDK reads only the lines that passed, each within limit.
-	return (&mcp.IOTransport{Reader: pr, Writer: w, MaxLineLength: limit + 1}).Connect(ctx)
+	// The SDK reads only the lines that passed, each within limit: its own
+	// bound, which counts bytes read ahead too, would add nothing.
+	return (&mcp.IOTransport{Reader: pr, Writer: w, MaxLineLength: -1}).Connect(ctx)
 }
 
 // lockedWriter lets the SDK's responses and the filter's error responses
@@ -96,7 +97,7 @@ func readLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, err error
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if !tooLong {
-			if len(line)+len(chunk) > limit+1 { // +1: the newline
+			if len(line)+len(chunk) > limit+2 { // +2: "\r\n"
 				tooLong, line = true, nil
 			} else {
 				line = append(line, chunk...)
@@ -104,6 +105,9 @@ func readLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, err error
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
+		}
+		if len(bytes.TrimRight(line, "\r\n")) > limit {
+			tooLong, line = true, nil
 		}
 		return line, tooLong, err
 	}
