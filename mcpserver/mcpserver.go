@@ -375,15 +375,15 @@ func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, Ru
 	}
 	var cut bool
 	out = RunOutput{
-		Stdout: s.cap(string(res.Stdout), &cut), Stderr: s.cap(string(res.Stderr), &cut), ExitCode: res.ExitCode,
+		Stdout: s.clip(string(res.Stdout), &cut), Stderr: s.clip(string(res.Stderr), &cut), ExitCode: res.ExitCode,
 		FuelUsed: res.FuelUsed, WallMS: float64(res.Duration.Microseconds()) / 1000,
 	}
 	if res.HasValue {
-		v := s.cap(res.Value, &cut)
+		v := s.clip(res.Value, &cut)
 		out.Value = &v
 	}
 	if e := res.Exception; e != nil {
-		out.Exception = &Exception{Type: s.cap(e.Type, &cut), Message: s.cap(e.Message, &cut), Traceback: s.cap(e.Traceback, &cut)}
+		out.Exception = &Exception{Type: s.clip(e.Type, &cut), Message: s.clip(e.Message, &cut), Traceback: s.clip(e.Traceback, &cut)}
 	}
 	out.Truncated = cut || res.StdoutTruncated || res.StderrTruncated || res.ValueTruncated
 	for _, st := range stops {
@@ -401,9 +401,9 @@ func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, Ru
 	return tr, out, nil
 }
 
-// cap cuts text to the server's MaxOutput bytes of valid UTF-8, and
+// clip cuts text to the server's MaxOutput bytes of valid UTF-8, and
 // records in cut whether it dropped anything.
-func (s *Server) cap(text string, cut *bool) string {
+func (s *Server) clip(text string, cut *bool) string {
 	t, c := truncate(text, s.opts.MaxOutput)
 	*cut = *cut || c
 	return t
@@ -661,7 +661,7 @@ func (s *Server) removeLocked(id string) {
 // noSession is the error for a session that does not exist for the
 // caller: never created, closed, or another client's, alike.
 func noSession(id string) error {
-	return fmt.Errorf("no session %q: it was closed, or never created (session_create)", id)
+	return fmt.Errorf("no session %q: it was closed, or never created (session_create)", trunc(id, 100))
 }
 
 // get finds a session of owner and locks it for one call.
@@ -731,7 +731,7 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 			return nil, FilesOutput{}, err
 		}
 		var out FilesOutput
-		text := s.cap(string(data), &out.Truncated)
+		text := s.clip(string(data), &out.Truncated)
 		out.Content = &text
 		return nil, out, nil
 	case "write":
