@@ -19,7 +19,9 @@
 // SDK's ServerSession) that made it: other clients cannot see it, and it
 // is closed when its MCP session ends. Over streamable HTTP, set
 // mcp.StreamableHTTPOptions.SessionTimeout so that the MCP sessions of
-// clients that vanish end too.
+// clients that vanish end too; in the SDK's stateless HTTP mode every
+// request is an MCP session of its own, so a session ends with the call
+// that made it.
 package mcpserver
 
 import (
