@@ -47,6 +47,8 @@ fuzz:
 	$(GO) test ./sandbox -run '^$$' -fuzz FuzzParseSize -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzMountFlag -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzEnvFlag -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpserver -run '^$$' -fuzz FuzzCheckLine -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpserver -run '^$$' -fuzz FuzzTruncate -fuzztime $(FUZZTIME)
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.

@@ -7,28 +7,43 @@
 //	py, _ := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
 //	srv, _ := mcpserver.New(py, &mcpserver.Options{SnapshotDir: dir})
 //	defer srv.Close()
-//	srv.MCP().Run(ctx, &mcp.StdioTransport{})
+//	srv.MCP().Run(ctx, &mcpserver.IOTransport{Reader: os.Stdin, Writer: os.Stdout})
 //
 // A Python exception, a limit hit or a bad argument is a tool result with
 // isError set, which the model reads and can act on, never a protocol error.
+//
+// Clients are untrusted. A call only lowers the server's limits; runs,
+// sessions and guest memory are bounded over all clients together
+// (Options.MaxRuns, MaxSessions, MemoryBudget); every text of a result is
+// cut to Options.MaxOutput. A session belongs to the MCP session (the
+// SDK's ServerSession) that made it: other clients cannot see it, and it
+// is closed when its MCP session ends. Over streamable HTTP, set
+// mcp.StreamableHTTPOptions.SessionTimeout so that the MCP sessions of
+// clients that vanish end too; in the SDK's stateless HTTP mode every
+// request is an MCP session of its own, so a session ends with the call
+// that made it.
 package mcpserver
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -40,8 +55,12 @@ import (
 // defaults with no network and no snapshots.
 type Options struct {
 	// Timeout, Fuel, MemoryLimit and MaxOutput bound every run; zero means
-	// the sandbox package's default. A tool call may ask for a lower
-	// timeout or fuel, never a higher one.
+	// the sandbox package's default (DefaultTimeout, DefaultFuel,
+	// DefaultMemoryLimit, DefaultMaxOutput) and a negative Timeout means no
+	// deadline beyond the call's. A tool call may ask for a lower timeout
+	// or fuel, never a higher one. MaxOutput also bounds every text field
+	// of a result (stdout, stderr, the value, the exception's type, message
+	// and traceback, a file read) in bytes.
 	Timeout     time.Duration
 	Fuel        int64
 	MemoryLimit int64
@@ -49,10 +68,26 @@ type Options struct {
 	// Network is the policy of every sandbox and session; nil is no network.
 	Network *netpolicy.Policy
 	// SnapshotDir is where session_snapshot writes and session_restore
-	// reads snapshots; empty disables both tools.
+	// reads snapshots; empty disables both tools. Each MCP session that
+	// has an ID (streamable HTTP) has its own subdirectory; a transport
+	// without session IDs (stdio) uses the directory itself.
 	SnapshotDir string
-	// MaxSessions bounds the sessions open at once; 0 means 16.
+	// MaxSessions bounds the sessions open at once, over all clients; 0
+	// means 16.
 	MaxSessions int
+	// MaxRuns bounds the runs (run_python and session_run calls) that
+	// execute at once, over all clients; 0 means GOMAXPROCS, at least 2. A
+	// call past it waits for a run to end, or for its own context to end.
+	MaxRuns int
+	// MemoryBudget bounds the guest memory of the whole server: every open
+	// session and every run_python in progress holds MemoryLimit of it. A
+	// session_create or session_restore past it is refused, as is a
+	// run_python when open sessions hold the budget; a run_python that
+	// only other run_python calls are in the way of waits for them. 0
+	// means (MaxSessions + MaxRuns) × MemoryLimit, which MaxSessions and
+	// MaxRuns reach first: run_python stays possible with every session
+	// open.
+	MemoryBudget int64
 	// Name and Version identify the server to clients.
 	Name, Version string
 }
@@ -60,16 +95,26 @@ type Options struct {
 // Server holds the compiled guest and the open sessions.
 type Server struct {
 	py   *sandbox.Guest
-	opts Options
+	opts Options // with the defaults applied
 	mcp  *mcp.Server
 
-	mu       sync.Mutex
-	sessions map[string]*session
+	runs  chan struct{} // a slot per run that may execute at once
+	onRun func(running int)
+
+	mu        sync.Mutex
+	closed    bool
+	sessions  map[string]*session
+	owners    map[*mcp.ServerSession]bool // the MCP sessions watched for their end
+	nSessions int                         // sessions open or being opened
+	nTemp     int                         // run_python calls holding memory
+	running   int                         // runs executing
+	freed     chan struct{}               // closed when memory is released
 }
 
 type session struct {
-	mu sync.Mutex // one call at a time
-	s  *sandbox.Session
+	mu    sync.Mutex // one call at a time
+	s     *sandbox.Session
+	owner *mcp.ServerSession
 }
 
 // New returns a server that runs code on py, which must be the session
@@ -82,16 +127,11 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.MaxSessions == 0 {
-		o.MaxSessions = 16
+	if err := o.resolve(); err != nil {
+		return nil, err
 	}
-	if o.Name == "" {
-		o.Name = "fumehood"
-	}
-	if o.Version == "" {
-		o.Version = "dev"
-	}
-	s := &Server{py: py, opts: o, sessions: map[string]*session{}}
+	s := &Server{py: py, opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
+		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{})}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Run Python 3.12 code in a sandbox: no network unless allowed, an in-memory filesystem, " +
 			"limits on time, CPU (fuel), memory and output. run_python is a fresh interpreter each time; " +
@@ -101,16 +141,75 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	return s, nil
 }
 
+// maxMemory is the largest memory limit of a sandbox (4 GiB, wasm32's).
+const maxMemory = 1 << 32
+
+// resolve applies the defaults and checks the options.
+func (o *Options) resolve() error {
+	switch {
+	case o.Fuel < 0:
+		return fmt.Errorf("mcpserver: negative Fuel %d", o.Fuel)
+	case o.MemoryLimit < 0 || o.MemoryLimit > maxMemory:
+		return fmt.Errorf("mcpserver: MemoryLimit %d is outside 0 to 4 GiB", o.MemoryLimit)
+	case o.MaxOutput < 0:
+		return fmt.Errorf("mcpserver: negative MaxOutput %d", o.MaxOutput)
+	case o.MaxSessions < 0 || o.MaxSessions > 1<<20:
+		return fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
+	case o.MaxRuns < 0 || o.MaxRuns > 1<<20:
+		return fmt.Errorf("mcpserver: MaxRuns %d is outside 0 to 2^20", o.MaxRuns)
+	case o.MemoryBudget < 0:
+		return fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = sandbox.DefaultTimeout
+	} else if o.Timeout < 0 {
+		o.Timeout = -1
+	}
+	if o.Fuel == 0 {
+		o.Fuel = sandbox.DefaultFuel
+	}
+	if o.MemoryLimit == 0 {
+		o.MemoryLimit = sandbox.DefaultMemoryLimit
+	}
+	if o.MaxOutput == 0 {
+		o.MaxOutput = sandbox.DefaultMaxOutput
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = 16
+	}
+	if o.MaxRuns == 0 {
+		o.MaxRuns = max(2, runtime.GOMAXPROCS(0))
+	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = int64(o.MaxSessions+o.MaxRuns) * o.MemoryLimit
+	}
+	if o.MemoryBudget < o.MemoryLimit {
+		return fmt.Errorf("mcpserver: MemoryBudget %d is less than one MemoryLimit (%d)", o.MemoryBudget, o.MemoryLimit)
+	}
+	if o.Name == "" {
+		o.Name = "fumehood"
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	return nil
+}
+
 // MCP returns the MCP server, to run on a transport.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// Close closes every open session.
+// Close closes every open session; later calls that need a sandbox fail.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.closed = true
+	var all []*session
 	for id, ss := range s.sessions {
+		all = append(all, ss)
+		s.removeLocked(id)
+	}
+	s.mu.Unlock()
+	for _, ss := range all {
 		ss.s.Close()
-		delete(s.sessions, id)
 	}
 	return nil
 }
@@ -142,7 +241,8 @@ type Exception struct {
 	Traceback string `json:"traceback"`
 }
 
-// RunOutput is the result of run_python and session_run.
+// RunOutput is the result of run_python and session_run. Each of its
+// texts is at most the server's MaxOutput bytes.
 type RunOutput struct {
 	Stdout    string     `json:"stdout"`
 	Stderr    string     `json:"stderr"`
@@ -152,7 +252,7 @@ type RunOutput struct {
 	StoppedBy string     `json:"stopped_by,omitempty" jsonschema:"the limit that stopped the run: deadline, fuel, memory or output"`
 	FuelUsed  int64      `json:"fuel_used"`
 	WallMS    float64    `json:"wall_ms"`
-	Truncated bool       `json:"truncated,omitempty" jsonschema:"output past the limit was dropped"`
+	Truncated bool       `json:"truncated,omitempty" jsonschema:"output, value or exception text past the limit was dropped"`
 }
 
 // SessionRef names a session.
@@ -175,8 +275,9 @@ type FilesInput struct {
 
 // FilesOutput is the result of session_files.
 type FilesOutput struct {
-	Content *string  `json:"content,omitempty"`
-	Entries []string `json:"entries,omitempty" jsonschema:"names in the directory; directories end in /"`
+	Content   *string  `json:"content,omitempty"`
+	Entries   []string `json:"entries,omitempty" jsonschema:"names in the directory; directories end in /"`
+	Truncated bool     `json:"truncated,omitempty" jsonschema:"the content or the list was cut at the server's output limit"`
 }
 
 // SnapshotInput is the input of session_snapshot and session_restore.
@@ -217,19 +318,32 @@ func (s *Server) addTools() {
 	}
 }
 
-// config returns a run's limits: the server's, lowered by the call's.
-func (s *Server) config(l Limits) *sandbox.Config {
+// maxTimeoutMS is the largest timeout_ms a time.Duration holds.
+const maxTimeoutMS = math.MaxInt64 / int64(time.Millisecond)
+
+// config returns a run's limits: the server's, lowered by the call's. A
+// call never raises one: an unset, larger or out-of-range value leaves
+// the server's, and a negative or out-of-range one is an error.
+func (s *Server) config(l Limits) (*sandbox.Config, error) {
 	c := &sandbox.Config{Timeout: s.opts.Timeout, Fuel: s.opts.Fuel, MaxOutput: s.opts.MaxOutput}
+	switch {
+	case l.TimeoutMS < 0:
+		return nil, fmt.Errorf("timeout_ms must be a positive number of milliseconds, not %d", l.TimeoutMS)
+	case l.TimeoutMS > maxTimeoutMS:
+		return nil, fmt.Errorf("timeout_ms %d is out of range: at most %d", l.TimeoutMS, maxTimeoutMS)
+	case l.Fuel < 0:
+		return nil, fmt.Errorf("fuel must be a positive number of instructions, not %d", l.Fuel)
+	}
 	if l.TimeoutMS > 0 {
 		t := time.Duration(l.TimeoutMS) * time.Millisecond
-		if c.Timeout <= 0 || t < c.Timeout {
+		if c.Timeout < 0 || t < c.Timeout {
 			c.Timeout = t
 		}
 	}
-	if l.Fuel > 0 && (c.Fuel == 0 || l.Fuel < c.Fuel) {
+	if l.Fuel > 0 && l.Fuel < c.Fuel {
 		c.Fuel = l.Fuel
 	}
-	return c
+	return c, nil
 }
 
 func (s *Server) sessionConfig(env map[string]string) *sandbox.SessionConfig {
@@ -249,8 +363,11 @@ var stops = []struct {
 
 // result turns a run's outcome into a tool result. A Python exception or
 // a limit is an error result the model sees; other errors are too, with
-// their message.
-func result(res *sandbox.Result, err error) (*mcp.CallToolResult, RunOutput, error) {
+// their message. Every text is cut to the server's MaxOutput bytes here,
+// whatever the sandbox kept: its text content then holds at most five of
+// them (stdout, stderr, value, exception or error) and its structured
+// content six (stdout, stderr, value, exception type, message, traceback).
+func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, RunOutput, error) {
 	var out RunOutput
 	if res == nil {
 		if err == nil {
@@ -258,31 +375,69 @@ func result(res *sandbox.Result, err error) (*mcp.CallToolResult, RunOutput, err
 		}
 		return nil, out, err
 	}
+	var cut bool
 	out = RunOutput{
-		Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode,
+		Stdout: s.clip(string(res.Stdout), &cut), Stderr: s.clip(string(res.Stderr), &cut), ExitCode: res.ExitCode,
 		FuelUsed: res.FuelUsed, WallMS: float64(res.Duration.Microseconds()) / 1000,
-		Truncated: res.StdoutTruncated || res.StderrTruncated,
 	}
 	if res.HasValue {
-		v := res.Value
+		v := s.clip(res.Value, &cut)
 		out.Value = &v
 	}
 	if e := res.Exception; e != nil {
-		out.Exception = &Exception{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
+		out.Exception = &Exception{Type: s.clip(e.Type, &cut), Message: s.clip(e.Message, &cut), Traceback: s.clip(e.Traceback, &cut)}
 	}
+	out.Truncated = cut || res.StdoutTruncated || res.StderrTruncated || res.ValueTruncated
 	for _, st := range stops {
 		if errors.Is(err, st.err) {
 			out.StoppedBy = st.words
 			break
 		}
 	}
-	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary(&out, err)}}}
+	var errText string
+	if err != nil {
+		errText = trunc(err.Error(), s.opts.MaxOutput)
+	}
+	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary(&out, errText)}}}
 	tr.IsError = err != nil
 	return tr, out, nil
 }
 
+// clip cuts text to the server's MaxOutput bytes of valid UTF-8, and
+// records in cut whether it dropped anything.
+func (s *Server) clip(text string, cut *bool) string {
+	t, c := truncate(text, s.opts.MaxOutput)
+	*cut = *cut || c
+	return t
+}
+
+// truncate returns text as valid UTF-8 (a run of invalid bytes becomes
+// U+FFFD) of at most n bytes, cut at a character boundary, and whether it
+// cut.
+func truncate(text string, n int) (string, bool) {
+	cut := len(text) > n
+	if cut {
+		text = text[:n+1] // the last byte only tells whether a character ends at n
+	}
+	text = strings.ToValidUTF8(text, "\uFFFD")
+	if len(text) <= n {
+		return text, cut
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(text[i]) {
+		i--
+	}
+	return text[:i], true
+}
+
+// trunc is truncate without the report.
+func trunc(text string, n int) string {
+	t, _ := truncate(text, n)
+	return t
+}
+
 // summary is the text content of a run's result, for the model to read.
-func summary(out *RunOutput, err error) string {
+func summary(out *RunOutput, errText string) string {
 	var b strings.Builder
 	if out.Stdout != "" {
 		fmt.Fprintf(&b, "stdout:\n%s", out.Stdout)
@@ -303,9 +458,12 @@ func summary(out *RunOutput, err error) string {
 	case out.Exception != nil:
 		fmt.Fprintf(&b, "exception: %s: %s\n", out.Exception.Type, out.Exception.Message)
 	case out.StoppedBy != "":
-		fmt.Fprintf(&b, "stopped: %s limit (%v)\n", out.StoppedBy, err)
-	case err != nil:
-		fmt.Fprintf(&b, "error: %v\n", err)
+		fmt.Fprintf(&b, "stopped: %s limit (%s)\n", out.StoppedBy, errText)
+	case errText != "":
+		fmt.Fprintf(&b, "error: %s\n", errText)
+	}
+	if out.Truncated {
+		b.WriteString("(output past the server's limit was dropped)\n")
 	}
 	if b.Len() == 0 {
 		b.WriteString("(no output)\n")
@@ -313,7 +471,106 @@ func summary(out *RunOutput, err error) string {
 	return b.String()
 }
 
+// Errors of the server's bounds, in tool results.
+var (
+	errServerClosed = errors.New("the server is shutting down")
+	errMemoryBudget = errors.New("the server's memory budget is taken by open sessions: close one with session_close")
+)
+
+// acquireRun waits for a run slot, until ctx is done. The slot is held
+// until release is called.
+func (s *Server) acquireRun(ctx context.Context) (release func(), err error) {
+	select {
+	case s.runs <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for one of the %d runs this server executes at once: %w", s.opts.MaxRuns, context.Cause(ctx))
+	}
+	s.mu.Lock()
+	s.running++
+	if s.onRun != nil {
+		s.onRun(s.running)
+	}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.running--
+		s.mu.Unlock()
+		<-s.runs
+	}, nil
+}
+
+// reserve takes MemoryLimit of the memory budget for a session (and a
+// place among MaxSessions) or a throw-away run, checking and taking in one
+// step. When only other throw-away runs are in the way it waits for them
+// until ctx is done; when open sessions are, it fails at once. Give the
+// memory back with release.
+func (s *Server) reserve(ctx context.Context, forSession bool) error {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return errServerClosed
+		}
+		if forSession && s.nSessions >= s.opts.MaxSessions {
+			n := s.nSessions
+			s.mu.Unlock()
+			return fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", n)
+		}
+		mem := s.opts.MemoryLimit
+		if int64(s.nSessions+s.nTemp+1)*mem <= s.opts.MemoryBudget {
+			if forSession {
+				s.nSessions++
+			} else {
+				s.nTemp++
+			}
+			s.mu.Unlock()
+			return nil
+		}
+		if int64(s.nSessions+1)*mem > s.opts.MemoryBudget {
+			s.mu.Unlock()
+			return errMemoryBudget
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for memory held by other runs: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// release gives back what reserve took.
+func (s *Server) release(forSession bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseLocked(forSession)
+}
+
+func (s *Server) releaseLocked(forSession bool) {
+	if forSession {
+		s.nSessions--
+	} else {
+		s.nTemp--
+	}
+	close(s.freed)
+	s.freed = make(chan struct{})
+}
+
 func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, RunOutput, error) {
+	cfg, err := s.config(in.Limits)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
+	done, err := s.acquireRun(ctx)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
+	defer done()
+	if err := s.reserve(ctx, false); err != nil {
+		return nil, RunOutput{}, err
+	}
+	defer s.release(false)
 	// A throw-away session: a fresh interpreter from the base image that,
 	// unlike a one-shot run, reports the value and the exception.
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(nil))
@@ -326,7 +583,7 @@ func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunIn
 			return nil, RunOutput{}, err
 		}
 	}
-	return result(ss.Run(ctx, in.Code, s.config(in.Limits)))
+	return s.result(ss.Run(ctx, in.Code, cfg))
 }
 
 func writeFile(sb *sandbox.Sandbox, name, content string) error {
@@ -338,78 +595,132 @@ func writeFile(sb *sandbox.Sandbox, name, content string) error {
 	return sb.WriteFile(name, []byte(content))
 }
 
-func (s *Server) sessionCreate(ctx context.Context, _ *mcp.CallToolRequest, in CreateInput) (*mcp.CallToolResult, SessionRef, error) {
-	if err := s.room(); err != nil {
+func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in CreateInput) (*mcp.CallToolResult, SessionRef, error) {
+	if err := s.reserve(ctx, true); err != nil {
 		return nil, SessionRef{}, err
 	}
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(in.Env))
 	if err != nil {
+		s.release(true)
 		return nil, SessionRef{}, err
 	}
-	return nil, SessionRef{SessionID: s.add(ss)}, nil
+	id, err := s.add(req.Session, ss)
+	return nil, SessionRef{SessionID: id}, err
 }
 
-// room refuses a new session when MaxSessions are open.
-func (s *Server) room() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.sessions) >= s.opts.MaxSessions {
-		return fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", len(s.sessions))
-	}
-	return nil
-}
-
-func (s *Server) add(ss *sandbox.Session) string {
-	var b [8]byte
+// add records a session reserved with reserve(ctx, true), owned by the
+// MCP session owner, and returns its ID.
+func (s *Server) add(owner *mcp.ServerSession, ss *sandbox.Session) (string, error) {
+	var b [16]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	s.mu.Lock()
-	s.sessions[id] = &session{s: ss}
+	if s.closed {
+		s.releaseLocked(true)
+		s.mu.Unlock()
+		ss.Close()
+		return "", errServerClosed
+	}
+	s.sessions[id] = &session{s: ss, owner: owner}
+	if owner != nil && !s.owners[owner] {
+		// The first session of this MCP session: close its sessions when
+		// it ends. Added after it ended, the session is closed at once,
+		// as Wait returns at once.
+		s.owners[owner] = true
+		go func() {
+			owner.Wait()
+			s.ownerGone(owner)
+		}()
+	}
 	s.mu.Unlock()
-	return id
+	return id, nil
 }
 
-// get finds a session and locks it for one call.
-func (s *Server) get(id string) (*session, func(), error) {
+// ownerGone closes the sessions of an MCP session that ended.
+func (s *Server) ownerGone(owner *mcp.ServerSession) {
+	s.mu.Lock()
+	delete(s.owners, owner)
+	var gone []*session
+	for id, ss := range s.sessions {
+		if ss.owner == owner {
+			gone = append(gone, ss)
+			s.removeLocked(id)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range gone {
+		ss.s.Close()
+	}
+}
+
+// removeLocked forgets a session and gives back its memory; the caller
+// closes it.
+func (s *Server) removeLocked(id string) {
+	delete(s.sessions, id)
+	s.releaseLocked(true)
+}
+
+// noSession is the error for a session that does not exist for the
+// caller: never created, closed, or another client's, alike.
+func noSession(id string) error {
+	return fmt.Errorf("no session %q: it was closed, or never created (session_create)", trunc(id, 100))
+}
+
+// get finds a session of owner and locks it for one call.
+func (s *Server) get(owner *mcp.ServerSession, id string) (*session, func(), error) {
 	s.mu.Lock()
 	ss := s.sessions[id]
 	s.mu.Unlock()
-	if ss == nil {
-		return nil, nil, fmt.Errorf("no session %q: it was closed, or never created (session_create)", id)
+	if ss == nil || ss.owner != owner {
+		return nil, nil, noSession(id)
 	}
 	ss.mu.Lock()
 	return ss, ss.mu.Unlock, nil
 }
 
-func (s *Server) sessionRun(ctx context.Context, _ *mcp.CallToolRequest, in SessionRunInput) (*mcp.CallToolResult, RunOutput, error) {
-	ss, unlock, err := s.get(in.SessionID)
+func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in SessionRunInput) (*mcp.CallToolResult, RunOutput, error) {
+	cfg, err := s.config(in.Limits)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
+	ss, unlock, err := s.get(req.Session, in.SessionID)
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
 	defer unlock()
-	res, err := ss.s.Run(ctx, in.Code, s.config(in.Limits))
+	// The session's lock first, then a run slot: a call holding a slot
+	// never waits for a session's lock, so the two cannot deadlock.
+	done, err := s.acquireRun(ctx)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
+	res, err := ss.s.Run(ctx, in.Code, cfg)
+	done()
 	if errors.Is(err, sandbox.ErrSessionClosed) {
-		s.drop(in.SessionID)
+		s.drop(ss)
 	} else {
 		// A model takes seconds between calls: idle, a session needs only
 		// its changed pages (0.5 MB, not 15). With files held open it
 		// stays awake (ErrOpenFiles), which is fine.
 		_ = ss.s.Hibernate()
 	}
-	return result(res, err)
+	return s.result(res, err)
 }
 
-func (s *Server) drop(id string) {
+// drop forgets and closes a session that closed itself.
+func (s *Server) drop(ss *session) {
 	s.mu.Lock()
-	if ss := s.sessions[id]; ss != nil {
-		ss.s.Close()
-		delete(s.sessions, id)
+	for id, o := range s.sessions {
+		if o == ss {
+			s.removeLocked(id)
+		}
 	}
 	s.mu.Unlock()
+	ss.s.Close()
 }
 
-func (s *Server) sessionFiles(ctx context.Context, _ *mcp.CallToolRequest, in FilesInput) (*mcp.CallToolResult, FilesOutput, error) {
-	ss, unlock, err := s.get(in.SessionID)
+func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in FilesInput) (*mcp.CallToolResult, FilesOutput, error) {
+	ss, unlock, err := s.get(req.Session, in.SessionID)
 	if err != nil {
 		return nil, FilesOutput{}, err
 	}
@@ -421,8 +732,10 @@ func (s *Server) sessionFiles(ctx context.Context, _ *mcp.CallToolRequest, in Fi
 		if err != nil {
 			return nil, FilesOutput{}, err
 		}
-		text := string(data)
-		return nil, FilesOutput{Content: &text}, nil
+		var out FilesOutput
+		text := s.clip(string(data), &out.Truncated)
+		out.Content = &text
+		return nil, out, nil
 	case "write":
 		return nil, FilesOutput{}, writeFile(sb, in.Path, in.Content)
 	case "list":
@@ -431,51 +744,65 @@ func (s *Server) sessionFiles(ctx context.Context, _ *mcp.CallToolRequest, in Fi
 			return nil, FilesOutput{}, err
 		}
 		out := FilesOutput{Entries: []string{}}
+		size := 0
 		for _, e := range entries {
-			name := e.Name()
+			name := strings.ToValidUTF8(e.Name(), "\uFFFD")
 			if e.IsDir() {
 				name += "/"
+			}
+			if size += len(name); size > s.opts.MaxOutput {
+				out.Truncated = true
+				break
 			}
 			out.Entries = append(out.Entries, name)
 		}
 		return nil, out, nil
 	}
-	return nil, FilesOutput{}, fmt.Errorf("op must be read, write or list, not %q", in.Op)
+	return nil, FilesOutput{}, fmt.Errorf("op must be read, write or list, not %q", trunc(in.Op, 100))
 }
 
-func (s *Server) sessionClose(ctx context.Context, _ *mcp.CallToolRequest, in SessionRef) (*mcp.CallToolResult, SessionRef, error) {
+func (s *Server) sessionClose(ctx context.Context, req *mcp.CallToolRequest, in SessionRef) (*mcp.CallToolResult, SessionRef, error) {
 	s.mu.Lock()
 	ss := s.sessions[in.SessionID]
-	delete(s.sessions, in.SessionID)
-	s.mu.Unlock()
-	if ss == nil {
-		return nil, SessionRef{}, fmt.Errorf("no session %q", in.SessionID)
+	if ss == nil || ss.owner != req.Session {
+		s.mu.Unlock()
+		return nil, SessionRef{}, noSession(in.SessionID)
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	s.removeLocked(in.SessionID)
+	s.mu.Unlock()
 	return nil, in, ss.s.Close()
 }
 
 var snapshotName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$`)
 
-func (s *Server) snapshotPath(name string) (string, error) {
+// snapshotPath returns the file of a snapshot of owner. An MCP session
+// with an ID (streamable HTTP) has its own directory, named by a hash of
+// the ID so that the ID, which is what proves the owner, is not written
+// to disk; one without (stdio: one client per server) uses SnapshotDir.
+// A snapshot name cannot hold a '/', so one owner cannot name another's.
+func (s *Server) snapshotPath(owner *mcp.ServerSession, name string) (dir, file string, err error) {
 	if !snapshotName.MatchString(name) {
-		return "", fmt.Errorf("invalid snapshot name %q: use letters, digits, '-', '_' and '.', 100 at most", name)
+		return "", "", fmt.Errorf("invalid snapshot name %q: use letters, digits, '-', '_' and '.', 100 at most", trunc(name, 120))
 	}
-	return filepath.Join(s.opts.SnapshotDir, name+".snap"), nil
+	dir = s.opts.SnapshotDir
+	if owner != nil && owner.ID() != "" {
+		sum := sha256.Sum256([]byte(owner.ID()))
+		dir = filepath.Join(dir, "client-"+hex.EncodeToString(sum[:16]))
+	}
+	return dir, filepath.Join(dir, name+".snap"), nil
 }
 
-func (s *Server) sessionSnapshot(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotOutput, error) {
-	file, err := s.snapshotPath(in.Name)
+func (s *Server) sessionSnapshot(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotOutput, error) {
+	dir, file, err := s.snapshotPath(req.Session, in.Name)
 	if err != nil {
 		return nil, SnapshotOutput{}, err
 	}
-	ss, unlock, err := s.get(in.SessionID)
+	ss, unlock, err := s.get(req.Session, in.SessionID)
 	if err != nil {
 		return nil, SnapshotOutput{}, err
 	}
 	defer unlock()
-	if err := os.MkdirAll(s.opts.SnapshotDir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, SnapshotOutput{}, err
 	}
 	if err := ss.s.SnapshotFile(file); err != nil {
@@ -488,12 +815,9 @@ func (s *Server) sessionSnapshot(ctx context.Context, _ *mcp.CallToolRequest, in
 	return nil, SnapshotOutput{Name: in.Name, Bytes: fi.Size()}, nil
 }
 
-func (s *Server) sessionRestore(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SessionRef, error) {
-	file, err := s.snapshotPath(in.Name)
+func (s *Server) sessionRestore(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SessionRef, error) {
+	_, file, err := s.snapshotPath(req.Session, in.Name)
 	if err != nil {
-		return nil, SessionRef{}, err
-	}
-	if err := s.room(); err != nil {
 		return nil, SessionRef{}, err
 	}
 	data, err := os.ReadFile(file)
@@ -502,9 +826,14 @@ func (s *Server) sessionRestore(ctx context.Context, _ *mcp.CallToolRequest, in 
 	} else if err != nil {
 		return nil, SessionRef{}, err
 	}
-	ss, err := s.py.ResumeSession(ctx, bytes.NewReader(data), s.sessionConfig(nil))
-	if err != nil {
+	if err := s.reserve(ctx, true); err != nil {
 		return nil, SessionRef{}, err
 	}
-	return nil, SessionRef{SessionID: s.add(ss)}, nil
+	ss, err := s.py.ResumeSession(ctx, bytes.NewReader(data), s.sessionConfig(nil))
+	if err != nil {
+		s.release(true)
+		return nil, SessionRef{}, err
+	}
+	id, err := s.add(req.Session, ss)
+	return nil, SessionRef{SessionID: id}, err
 }

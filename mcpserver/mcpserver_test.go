@@ -1,10 +1,17 @@
 package mcpserver_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -12,6 +19,7 @@ import (
 
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/mcpserver"
+	"github.com/fumehood/fumehood/sandbox"
 )
 
 // TestStreamableHTTP serves the tools over streamable HTTP and calls them
@@ -47,4 +55,488 @@ func TestStreamableHTTP(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.IsError)
 	assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "the most this server allows")
+}
+
+// connect connects a client to srv over the SDK's in-memory transports.
+func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.MCP().Connect(context.Background(), st, nil)
+	require.NoError(t, err)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), ct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Wait()
+	})
+	return cs
+}
+
+// call calls a tool, which must answer with a result, and decodes its
+// structured content into out.
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err, "a tool's failure is a result, not a protocol error")
+	if out != nil && res.StructuredContent != nil {
+		b, err := json.Marshal(res.StructuredContent)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, out))
+	}
+	return res
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+type sessionRef struct {
+	SessionID string `json:"session_id"`
+}
+
+// create opens a session, which must succeed, and returns its ID.
+func create(t *testing.T, cs *mcp.ClientSession) string {
+	t.Helper()
+	var ref sessionRef
+	res := call(t, cs, "session_create", nil, &ref)
+	require.False(t, res.IsError, text(res))
+	require.NotEmpty(t, ref.SessionID)
+	return ref.SessionID
+}
+
+// TestCallLimitsNeverRaise: a call's timeout_ms and fuel only ever lower
+// the server's limits. A timeout_ms whose nanoseconds overflow used to be
+// a negative duration, that is no deadline at all (time.sleep(8) finished
+// under --timeout 3s); a fuel of 10**18 used to replace the default when
+// the server set none.
+func TestCallLimitsNeverRaise(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	defer srv.Close()
+
+	// The server's defaults apply before the call's limits are compared.
+	c, err := srv.Config(mcpserver.Limits{TimeoutMS: 9223372036854, Fuel: 1_000_000_000_000_000_000})
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, c.Timeout)
+	assert.Equal(t, int64(sandbox.DefaultFuel), c.Fuel, "no --fuel: the call is capped by the default")
+	assert.Equal(t, sandbox.DefaultMaxOutput, c.MaxOutput)
+	c, err = srv.Config(mcpserver.Limits{TimeoutMS: 250, Fuel: 1000})
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, c.Timeout)
+	assert.Equal(t, int64(1000), c.Fuel)
+
+	cs := connect(t, srv)
+	var out struct {
+		StoppedBy string `json:"stopped_by"`
+	}
+	// The largest timeout_ms and fuel there are: the server's deadline
+	// still stops the loop.
+	res := call(t, cs, "run_python", map[string]any{"code": "while True: pass",
+		"timeout_ms": int64(9223372036854), "fuel": int64(1_000_000_000_000_000_000)}, &out)
+	assert.True(t, res.IsError)
+	assert.Equal(t, "deadline", out.StoppedBy, text(res))
+
+	// Out of range, negative or not an integer: an error naming the
+	// argument, and nothing runs.
+	id := create(t, cs)
+	for _, bad := range []map[string]any{
+		{"timeout_ms": int64(9223372036855)},
+		{"timeout_ms": int64(-5)},
+		{"timeout_ms": 1.5},
+		{"timeout_ms": 1e30},
+		{"fuel": int64(-1)},
+		{"fuel": 2.5},
+		{"fuel": 1e30},
+	} {
+		for _, tool := range []string{"run_python", "session_run"} {
+			args := map[string]any{"code": "import time\ntime.sleep(3)\nprint('finished')"}
+			if tool == "session_run" {
+				args["session_id"] = id
+			}
+			for k, v := range bad {
+				args[k] = v
+			}
+			res := call(t, cs, tool, args, nil)
+			assert.True(t, res.IsError, "%s %v: %s", tool, bad, text(res))
+			assert.NotContains(t, text(res), "finished")
+			for k := range bad {
+				assert.Contains(t, text(res), k, "%s %v", tool, bad)
+			}
+			assert.NotContains(t, text(res), "additional properties")
+		}
+	}
+}
+
+// TestRunsBounded: no more than MaxRuns run_python and session_run calls
+// execute at once; the others wait for a slot. Twelve parallel calls used
+// to run at once whatever the server's bounds (5.6 GB with 200 MB each).
+func TestRunsBounded(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 2, MaxSessions: 2})
+	require.NoError(t, err)
+	defer srv.Close()
+	var mu sync.Mutex
+	most, runs := 0, 0
+	srv.OnRun(func(running int) {
+		mu.Lock()
+		defer mu.Unlock()
+		most, runs = max(most, running), runs+1
+	})
+	cs := connect(t, srv)
+	ids := []string{create(t, cs), create(t, cs)}
+
+	var wg sync.WaitGroup
+	const n = 8
+	errs := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			args := map[string]any{"code": "import time\ntime.sleep(0.1)\n1"}
+			tool := "run_python"
+			if i < len(ids) {
+				tool, args["session_id"] = "session_run", ids[i]
+			}
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+			if err != nil {
+				errs[i] = err.Error()
+			} else if res.IsError {
+				errs[i] = text(res)
+			}
+		})
+	}
+	wg.Wait()
+	for i, e := range errs {
+		assert.Empty(t, e, "call %d", i)
+	}
+	assert.Equal(t, n, runs)
+	assert.LessOrEqual(t, most, 2, "runs executing at once")
+	assert.Positive(t, most)
+}
+
+// TestSessionCreateAtomic: parallel session_create calls never open more
+// than MaxSessions sessions. Checking and adding used to be two steps:
+// parallel calls opened 21 and 40 sessions with a cap of 2.
+func TestSessionCreateAtomic(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 2})
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	opened, refused := 0, 0
+	for range 12 {
+		wg.Go(func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "session_create"})
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if res.IsError {
+				assert.Contains(t, text(res), "the most this server allows")
+				refused++
+			} else {
+				opened++
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 2, opened)
+	assert.Equal(t, 10, refused)
+	assert.Equal(t, 2, srv.OpenSessions())
+}
+
+// TestMemoryBudget: open sessions and run_python calls in progress each
+// hold MemoryLimit of MemoryBudget; past it a call is refused.
+func TestMemoryBudget(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, MemoryLimit: 64 << 20, MemoryBudget: 128 << 20})
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+
+	a := create(t, cs)
+	res := call(t, cs, "run_python", map[string]any{"code": "1"}, nil)
+	require.False(t, res.IsError, "one session and one run fit: %s", text(res))
+	create(t, cs)
+	res = call(t, cs, "session_create", nil, nil)
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(res), "memory budget")
+	res = call(t, cs, "run_python", map[string]any{"code": "1"}, nil)
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(res), "memory budget")
+	assert.Equal(t, 2, srv.OpenSessions())
+
+	res = call(t, cs, "session_close", map[string]any{"session_id": a}, nil)
+	require.False(t, res.IsError, text(res))
+	res = call(t, cs, "run_python", map[string]any{"code": "1"}, nil)
+	assert.False(t, res.IsError, text(res))
+
+	_, err = mcpserver.New(py, &mcpserver.Options{MemoryLimit: 64 << 20, MemoryBudget: 32 << 20})
+	assert.ErrorContains(t, err, "MemoryBudget")
+
+	// A run_python that only other run_python calls are in the way of
+	// waits for them: with room for one, three in parallel all run, one at
+	// a time.
+	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, MemoryLimit: 64 << 20, MemoryBudget: 64 << 20})
+	require.NoError(t, err)
+	defer one.Close()
+	cs = connect(t, one)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
+				Arguments: map[string]any{"code": "import time\ntime.sleep(0.05)\n1"}})
+			if assert.NoError(t, err) {
+				assert.False(t, res.IsError, text(res))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestClientsOwnTheirSessions serves two clients over streamable HTTP.
+// Neither can run code in, read, close, snapshot or restore what the other
+// made: it gets the answer of an unknown session or snapshot. Both used to
+// share everything. When a client's MCP session ends, its sessions close.
+func TestClientsOwnTheirSessions(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 4, SnapshotDir: t.TempDir()})
+	require.NoError(t, err)
+	defer srv.Close()
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil))
+	t.Cleanup(hs.Close) // after the clients' Close: cleanups run last first
+	dial := func() *mcp.ClientSession {
+		client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	alice, mallory := dial(), dial()
+	value := func(cs *mcp.ClientSession, id, code string) string {
+		t.Helper()
+		var out struct {
+			Value *string `json:"value"`
+		}
+		res := call(t, cs, "session_run", map[string]any{"session_id": id, "code": code}, &out)
+		require.False(t, res.IsError, text(res))
+		require.NotNil(t, out.Value)
+		return *out.Value
+	}
+
+	a := create(t, alice)
+	value(alice, a, "secret = 'alice'\nopen('/work/secret.txt', 'w').write(secret)")
+	res := call(t, alice, "session_snapshot", map[string]any{"session_id": a, "name": "mine"}, nil)
+	require.False(t, res.IsError, text(res))
+
+	// What mallory gets for alice's session is what an unknown one gets.
+	unknown := strings.Repeat("0", len(a))
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"session_run", map[string]any{"code": "secret = 'mallory'"}},
+		{"session_files", map[string]any{"op": "read", "path": "/work/secret.txt"}},
+		{"session_files", map[string]any{"op": "write", "path": "/work/secret.txt", "content": "mallory"}},
+		{"session_snapshot", map[string]any{"name": "mine"}},
+		{"session_close", map[string]any{}},
+	} {
+		args := map[string]any{"session_id": a}
+		for k, v := range c.args {
+			args[k] = v
+		}
+		res := call(t, mallory, c.tool, args, nil)
+		assert.True(t, res.IsError, "%s: %s", c.tool, text(res))
+		args["session_id"] = unknown
+		want := call(t, mallory, c.tool, args, nil)
+		assert.Equal(t, strings.ReplaceAll(text(want), unknown, a), text(res), c.tool)
+	}
+	res = call(t, mallory, "session_restore", map[string]any{"name": "mine"}, nil)
+	assert.True(t, res.IsError)
+	assert.Equal(t, `no snapshot named "mine"`, text(res))
+
+	// Mallory's own snapshot of the same name is hers alone.
+	m := create(t, mallory)
+	value(mallory, m, "secret = 'mallory'\nsecret")
+	res = call(t, mallory, "session_snapshot", map[string]any{"session_id": m, "name": "mine"}, nil)
+	require.False(t, res.IsError, text(res))
+
+	// Alice's session and snapshot are untouched.
+	assert.Equal(t, "('alice', 'alice')", value(alice, a, "secret, open('/work/secret.txt').read()"))
+	var ref sessionRef
+	res = call(t, alice, "session_restore", map[string]any{"name": "mine"}, &ref)
+	require.False(t, res.IsError, text(res))
+	assert.Equal(t, "'alice'", value(alice, ref.SessionID, "secret"))
+	assert.Equal(t, 3, srv.OpenSessions())
+
+	// Alice leaves (the client sends DELETE): her two sessions close.
+	require.NoError(t, alice.Close())
+	require.Eventually(t, func() bool { return srv.OpenSessions() == 1 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "'mallory'", value(mallory, m, "secret"))
+}
+
+// TestOutputCapped: every text of a result is cut to MaxOutput by the
+// server, whatever the sandbox returned: a 30 MB exception message, value
+// or traceback under a 1 KiB limit gives a response of at most 11 × 1 KiB
+// plus a few hundred bytes (11 texts of at most MaxOutput bytes; escaping
+// could make the JSON up to 6 times as long, not here).
+func TestOutputCapped(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	const limit = 1024
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxOutput: limit})
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+	id := create(t, cs)
+
+	for _, code := range []string{
+		"raise Exception('x' * 30_000_000)",
+		"raise type('E' * 30_000, (Exception,), {})('é' * 15_000_000)",
+		"print('o' * 3_000_000)\nimport sys\nprint('e' * 3_000_000, file=sys.stderr)\n'v' * 30_000_000",
+		"'\\u00e9' * 30_000_000",
+	} {
+		for _, tool := range []string{"run_python", "session_run"} {
+			args := map[string]any{"code": code}
+			if tool == "session_run" {
+				args["session_id"] = id
+			}
+			res := call(t, cs, tool, args, nil)
+			b, err := json.Marshal(res)
+			require.NoError(t, err)
+			assert.Less(t, len(b), 11*limit+1024, "%s %.40q", tool, code)
+			var out struct {
+				Truncated bool `json:"truncated"`
+			}
+			sc, err := json.Marshal(res.StructuredContent)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(sc, &out), string(sc))
+			assert.True(t, out.Truncated, "%s %.40q", tool, code)
+			assert.True(t, json.Valid(b))
+		}
+	}
+
+	// A file read too.
+	res := call(t, cs, "session_run", map[string]any{"session_id": id, "code": "open('/work/big', 'w').write('b' * 5_000_000)"}, nil)
+	require.False(t, res.IsError, text(res))
+	var file struct {
+		Content   *string `json:"content"`
+		Truncated bool    `json:"truncated"`
+	}
+	call(t, cs, "session_files", map[string]any{"session_id": id, "op": "read", "path": "/work/big"}, &file)
+	require.NotNil(t, file.Content)
+	assert.Len(t, *file.Content, limit)
+	assert.True(t, file.Truncated)
+}
+
+// rawPeer speaks newline-delimited JSON-RPC to a server through pipes, as
+// a client on the server's stdin and stdout would.
+type rawPeer struct {
+	t     *testing.T
+	in    *io.PipeWriter
+	lines *bufio.Scanner
+}
+
+func (p *rawPeer) send(line string) {
+	p.t.Helper()
+	_, err := p.in.Write([]byte(line + "\n"))
+	require.NoError(p.t, err)
+}
+
+// next reads the next message the server wrote.
+func (p *rawPeer) next() map[string]any {
+	p.t.Helper()
+	require.True(p.t, p.lines.Scan(), "the server wrote nothing more: %v", p.lines.Err())
+	var m map[string]any
+	require.NoError(p.t, json.Unmarshal(p.lines.Bytes(), &m), p.lines.Text())
+	return m
+}
+
+// expectError reads a JSON-RPC error response with the given id and code.
+func (p *rawPeer) expectError(id any, code float64) {
+	p.t.Helper()
+	m := p.next()
+	assert.Equal(p.t, id, m["id"], "%v", m)
+	require.Contains(p.t, m, "error", "%v", m)
+	assert.Equal(p.t, code, m["error"].(map[string]any)["code"], "%v", m)
+}
+
+const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",` +
+	`"capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+
+// TestIOTransportSkipsMalformedLines: a line that is not a JSON-RPC
+// message gets a JSON-RPC error and the server reads on. The SDK's own
+// transport ends the connection on the first such line (and `fumehood
+// mcp` exited with all its sessions).
+func TestIOTransportSkipsMalformedLines(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := srv.MCP().Run(ctx, &mcpserver.IOTransport{Reader: inR, Writer: outW, MaxLineLength: 1024})
+		outW.CloseWithError(fmt.Errorf("the server ended: %v", err)) // no reader waits forever
+		done <- err
+	}()
+	p := &rawPeer{t: t, in: inW, lines: bufio.NewScanner(outR)}
+
+	p.send("this is not JSON")
+	p.expectError(nil, -32700)
+	p.send(initialize)
+	m := p.next()
+	assert.Equal(t, 1.0, m["id"])
+	assert.Contains(t, m, "result")
+	p.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	p.send(`{"jsonrpc":"2.0","id":3,`)
+	p.expectError(nil, -32700)
+	p.send(strings.Repeat("x", 2000))
+	p.expectError(nil, -32700)
+	ping := `{"jsonrpc":"2.0","id":5,"method":"ping"`
+	p.send(ping + strings.Repeat(" ", 1023-len(ping)) + "}") // 1024 bytes: the longest line
+	m = p.next()
+	assert.Equal(t, 5.0, m["id"])
+	assert.Contains(t, m, "result", "%v", m)
+	p.send(ping + strings.Repeat(" ", 1024-len(ping)) + "}")
+	p.expectError(nil, -32700)
+	p.send(`[]`)
+	p.expectError(nil, -32600)
+	p.send(`[{"jsonrpc":"2.0","id":9,"method":"ping"}]`)
+	p.expectError(nil, -32600)
+	p.send(`{"jsonrpc":"1.0","id":"x","method":"ping"}`)
+	p.expectError("x", -32600)
+	p.send(`{"jsonrpc":"2.0","id":{"an":"object"},"method":"ping"}`)
+	p.expectError(nil, -32600)
+	p.send(`"a string"`)
+	p.expectError(nil, -32600)
+	p.send("   \r")
+
+	p.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"6 * 7"}}}`)
+	m = p.next()
+	assert.Equal(t, 2.0, m["id"])
+	assert.Contains(t, fmt.Sprint(m["result"]), "value: 42")
+
+	require.NoError(t, inW.Close())
+	select {
+	case err := <-done:
+		if err != nil {
+			assert.ErrorIs(t, err, io.EOF)
+		}
+	case <-ctx.Done():
+		t.Fatal("the server did not end with its input")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -24,15 +25,21 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: fumehood mcp [flags]\n\nServes the tools run_python, session_create, session_run, session_files,\n"+
-			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\nFlags:\n")
+			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\n"+
+			"A call may lower --timeout and --fuel, never raise them. --max-sessions, --max-runs\n"+
+			"and --memory-budget bound all clients together; over HTTP each client sees only\n"+
+			"its own sessions and snapshots.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run (a call may ask for less)")
 	fuel := fs.Int64("fuel", 0, "fuel budget of a run; 0 means the default (a call may ask for less)")
 	memory := fs.String("memory", "", "memory limit of a sandbox or session, such as 64MiB (default 256MiB)")
-	maxOutput := fs.String("max-output", "", "bytes kept of each of stdout and stderr (default 1MiB)")
+	maxOutput := fs.String("max-output", "", "bytes kept of each text of a result: stdout, stderr, value, exception, file read (default 1MiB)")
 	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
-	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, at most")
+	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, over all clients, at most")
+	maxRuns := fs.Int("max-runs", 0, "runs executing at once, over all clients; a call past it waits (default GOMAXPROCS, at least 2)")
+	budget := fs.String("memory-budget", "", "guest memory of the whole server: each open session and each run_python in progress holds --memory of it (default --max-sessions × --memory)")
+	idle := fs.Duration("idle-timeout", 30*time.Minute, "with --http, end a client's MCP session, and close its sessions, after this long without a request; 0 never")
 	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
 	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
@@ -45,12 +52,12 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return &usageError{"mcp takes no arguments"}
 	}
 	opts := &mcpserver.Options{Timeout: *timeout, Fuel: *fuel, Network: network.policy(),
-		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions}
+		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions, MaxRuns: *maxRuns}
 	if *timeout == 0 {
 		opts.Timeout = -1
 	}
-	if *fuel < 0 || *maxSessions <= 0 {
-		return &usageError{"--fuel must not be negative and --max-sessions must be positive"}
+	if *fuel < 0 || *maxSessions <= 0 || *maxRuns < 0 || *idle < 0 {
+		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions must be positive"}
 	}
 	if *memory != "" {
 		n, err := sandbox.ParseSize(*memory)
@@ -66,6 +73,13 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		opts.MaxOutput = int(n)
 	}
+	if *budget != "" {
+		n, err := sandbox.ParseSize(*budget)
+		if err != nil || n <= 0 {
+			return &usageError{fmt.Sprintf("invalid --memory-budget %q", *budget)}
+		}
+		opts.MemoryBudget = n
+	}
 	c := common{offline: offline, cacheDir: cacheDir}
 	py, err := c.compile(ctx, true, stderr)
 	if err != nil {
@@ -74,12 +88,14 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	defer py.Close(context.WithoutCancel(ctx))
 	srv, err := mcpserver.New(py, opts)
 	if err != nil {
-		return err
+		return &usageError{err.Error()}
 	}
 	defer srv.Close()
 
 	if *addr == "" {
-		err := srv.MCP().Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
+		// A malformed line is answered and skipped, not the end of the
+		// connection and of every session.
+		err := srv.MCP().Run(ctx, &mcpserver.IOTransport{Reader: stdin, Writer: stdout})
 		if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -90,7 +106,11 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	fmt.Fprintf(stderr, "fumehood: MCP over streamable HTTP at http://%s/\n", ln.Addr())
-	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil)
+	// Each client has its own MCP session (Mcp-Session-Id), which owns its
+	// sessions and snapshots; when it ends (DELETE, or idle past
+	// --idle-timeout) its sessions are closed.
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() },
+		&mcp.StreamableHTTPOptions{SessionTimeout: *idle})
 	hs := &http.Server{Handler: handler}
 	go func() {
 		<-ctx.Done()
@@ -101,7 +121,3 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	return nil
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

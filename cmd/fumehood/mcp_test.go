@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -149,4 +154,84 @@ func TestMCPServer(t *testing.T) {
 	call(t, cs, "session_run", map[string]any{"session_id": ref.SessionID, "code": "x * 2, open('/work/sub/new.txt').read()"}, &out)
 	require.NotNil(t, out.Value)
 	assert.Equal(t, "(84, 'hello')", *out.Value)
+}
+
+// TestMCPStdioMalformedLine feeds `fumehood mcp` a garbage line on its
+// stdin, then valid requests: the garbage gets a JSON-RPC parse error
+// (-32700) and the requests their answers. The garbage used to end the
+// server (exit 125) and every session with it.
+func TestMCPStdioMalformedLine(t *testing.T) {
+	needSessions(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := cmdMCP(ctx, []string{"--offline", "--max-output", "1KiB"}, inR, outW, io.Discard)
+		outW.CloseWithError(fmt.Errorf("fumehood mcp ended: %v", err)) // no reader waits forever
+		done <- err
+	}()
+	lines := bufio.NewScanner(outR)
+	lines.Buffer(nil, 1<<20)
+	send := func(line string) {
+		t.Helper()
+		_, err := inW.Write([]byte(line + "\n"))
+		require.NoError(t, err)
+	}
+	next := func() map[string]any {
+		t.Helper()
+		require.True(t, lines.Scan(), "the server wrote nothing more: %v", lines.Err())
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(lines.Bytes(), &m), lines.Text())
+		return m
+	}
+
+	send("}{ not JSON")
+	m := next()
+	assert.Nil(t, m["id"])
+	require.Contains(t, m, "error", "%v", m)
+	assert.Equal(t, -32700.0, m["error"].(map[string]any)["code"])
+
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	m = next()
+	assert.Equal(t, 1.0, m["id"])
+	assert.Contains(t, m, "result", "%v", m)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"session_create","arguments":{}}}`)
+	m = next()
+	assert.Equal(t, 2.0, m["id"])
+	sc := m["result"].(map[string]any)["structuredContent"].(map[string]any)
+	id, _ := sc["session_id"].(string)
+	require.NotEmpty(t, id, "%v", m)
+	send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"session_run","arguments":{"session_id":"` + id + `","code":"x = 42"}}}`)
+	assert.Equal(t, 3.0, next()["id"])
+
+	send("\x00\x01 garbage again")
+	assert.Equal(t, -32700.0, next()["error"].(map[string]any)["code"])
+	send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"session_run","arguments":{"session_id":"` + id + `","code":"x"}}}`)
+	m = next()
+	assert.Equal(t, 4.0, m["id"])
+	assert.Contains(t, fmt.Sprint(m["result"]), "value: 42", "the session outlived the garbage")
+
+	require.NoError(t, inW.Close())
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("fumehood mcp did not end with its input")
+	}
+}
+
+func TestMCPFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--memory-budget", "lots"},
+		{"--memory-budget", "0"},
+		{"--max-runs", "-1"},
+		{"--idle-timeout", "-1s"},
+	} {
+		err := cmdMCP(context.Background(), args, strings.NewReader(""), io.Discard, io.Discard)
+		var ue *usageError
+		assert.ErrorAs(t, err, &ue, "%v", args)
+	}
 }

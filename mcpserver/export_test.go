@@ -1,0 +1,21 @@
+package mcpserver
+
+import "github.com/fumehood/fumehood/sandbox"
+
+// OnRun sets a hook called, with the number of runs executing, each time
+// a run starts executing.
+func (s *Server) OnRun(f func(running int)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onRun = f
+}
+
+// OpenSessions returns the number of sessions open or being opened.
+func (s *Server) OpenSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nSessions
+}
+
+// Config returns the limits of a call that asks for l.
+func (s *Server) Config(l Limits) (*sandbox.Config, error) { return s.config(l) }
