@@ -2,8 +2,10 @@ package mcpserver
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -72,4 +74,34 @@ func FuzzCheckLine(f *testing.F) {
 			t.Fatalf("code %d", code)
 		}
 	})
+}
+
+// TestSessionTurnHonoursTheCaller: a call waiting for a session that
+// another call is using gives up when its own context ends, rather than
+// waiting for the other run, which may have no deadline.
+func TestSessionTurnHonoursTheCaller(t *testing.T) {
+	s := &Server{sessions: map[string]*session{"a": {turn: make(chan struct{}, 1)}}}
+	_, unlock, err := s.get(context.Background(), nil, "a")
+	assert.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.get(ctx, nil, "a")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call waited for the session past its own deadline")
+	}
+
+	unlock()
+	_, unlock, err = s.get(context.Background(), nil, "a")
+	assert.NoError(t, err, "the turn is free again once released")
+	unlock()
+	_, _, err = s.get(context.Background(), nil, "b")
+	assert.Error(t, err)
 }

@@ -25,7 +25,6 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -112,7 +111,8 @@ type Server struct {
 }
 
 type session struct {
-	mu    sync.Mutex // one call at a time
+	turn chan struct{} // one call at a time: holding the turn is a send
+
 	s     *sandbox.Session
 	owner *mcp.ServerSession
 }
@@ -350,15 +350,15 @@ func (s *Server) sessionConfig(env map[string]string) *sandbox.SessionConfig {
 	return &sandbox.SessionConfig{Env: env, MemoryLimit: s.opts.MemoryLimit, Network: s.opts.Network}
 }
 
-// stops are the limits a run can hit, in the words of RunOutput.StoppedBy.
-var stops = []struct {
-	err   error
-	words string
-}{
-	{context.DeadlineExceeded, "deadline"},
-	{sandbox.ErrFuelExhausted, "fuel"},
-	{sandbox.ErrMemoryLimit, "memory"},
-	{sandbox.ErrOutputLimit, "output"},
+// stoppedBy gives the words of RunOutput.StoppedBy for the limit that
+// stopped a run, as the host recorded it (Result.Stop), never as the
+// guest's exit status or output might suggest; "" when no limit did.
+func stoppedBy(stop sandbox.StopReason) string {
+	switch stop {
+	case sandbox.StopDeadline, sandbox.StopFuel, sandbox.StopMemory, sandbox.StopOutput:
+		return stop.String()
+	}
+	return ""
 }
 
 // result turns a run's outcome into a tool result. A Python exception or
@@ -387,13 +387,9 @@ func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, Ru
 	if e := res.Exception; e != nil {
 		out.Exception = &Exception{Type: s.clip(e.Type, &cut), Message: s.clip(e.Message, &cut), Traceback: s.clip(e.Traceback, &cut)}
 	}
-	out.Truncated = cut || res.StdoutTruncated || res.StderrTruncated || res.ValueTruncated
-	for _, st := range stops {
-		if errors.Is(err, st.err) {
-			out.StoppedBy = st.words
-			break
-		}
-	}
+	out.Truncated = cut || res.StdoutTruncated || res.StderrTruncated || res.ValueTruncated ||
+		(res.Exception != nil && res.Exception.Truncated)
+	out.StoppedBy = stoppedBy(res.Stop)
 	var errText string
 	if err != nil {
 		errText = trunc(err.Error(), s.opts.MaxOutput)
@@ -621,7 +617,7 @@ func (s *Server) add(owner *mcp.ServerSession, ss *sandbox.Session) (string, err
 		ss.Close()
 		return "", errServerClosed
 	}
-	s.sessions[id] = &session{s: ss, owner: owner}
+	s.sessions[id] = &session{turn: make(chan struct{}, 1), s: ss, owner: owner}
 	if owner != nil && !s.owners[owner] {
 		// The first session of this MCP session: close its sessions when
 		// it ends. Added after it ended, the session is closed at once,
@@ -667,15 +663,22 @@ func noSession(id string) error {
 }
 
 // get finds a session of owner and locks it for one call.
-func (s *Server) get(owner *mcp.ServerSession, id string) (*session, func(), error) {
+func (s *Server) get(ctx context.Context, owner *mcp.ServerSession, id string) (*session, func(), error) {
 	s.mu.Lock()
 	ss := s.sessions[id]
 	s.mu.Unlock()
 	if ss == nil || ss.owner != owner {
 		return nil, nil, noSession(id)
 	}
-	ss.mu.Lock()
-	return ss, ss.mu.Unlock, nil
+	// A call waits for the session's turn only as long as its caller does:
+	// a run in progress may hold it until its own deadline, or forever
+	// with no timeout.
+	select {
+	case ss.turn <- struct{}{}:
+		return ss, func() { <-ss.turn }, nil
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("waiting for session %q: %w", trunc(id, 100), ctx.Err())
+	}
 }
 
 func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in SessionRunInput) (*mcp.CallToolResult, RunOutput, error) {
@@ -683,7 +686,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in Se
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
-	ss, unlock, err := s.get(req.Session, in.SessionID)
+	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
@@ -720,7 +723,7 @@ func (s *Server) drop(ss *session) {
 }
 
 func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in FilesInput) (*mcp.CallToolResult, FilesOutput, error) {
-	ss, unlock, err := s.get(req.Session, in.SessionID)
+	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, FilesOutput{}, err
 	}
@@ -797,7 +800,7 @@ func (s *Server) sessionSnapshot(ctx context.Context, req *mcp.CallToolRequest, 
 	if err != nil {
 		return nil, SnapshotOutput{}, err
 	}
-	ss, unlock, err := s.get(req.Session, in.SessionID)
+	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, SnapshotOutput{}, err
 	}
@@ -820,16 +823,19 @@ func (s *Server) sessionRestore(ctx context.Context, req *mcp.CallToolRequest, i
 	if err != nil {
 		return nil, SessionRef{}, err
 	}
-	data, err := os.ReadFile(file)
+	f, err := os.Open(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, SessionRef{}, fmt.Errorf("no snapshot named %q", in.Name)
 	} else if err != nil {
 		return nil, SessionRef{}, err
 	}
+	defer f.Close()
 	if err := s.reserve(ctx, true); err != nil {
 		return nil, SessionRef{}, err
 	}
-	ss, err := s.py.ResumeSession(ctx, bytes.NewReader(data), s.sessionConfig(nil))
+	// ResumeSession reads no more than the session's limits imply, so a
+	// huge file in the snapshot directory costs no more than they do.
+	ss, err := s.py.ResumeSession(ctx, f, s.sessionConfig(nil))
 	if err != nil {
 		s.release(true)
 		return nil, SessionRef{}, err

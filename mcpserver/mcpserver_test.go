@@ -540,3 +540,33 @@ func TestIOTransportSkipsMalformedLines(t *testing.T) {
 		t.Fatal("the server did not end with its input")
 	}
 }
+
+// TestStoppedByIsTheHosts: stopped_by names a limit only when the host
+// stopped the run, never because the guest exited with a limit's status
+// or printed a limit's words.
+func TestStoppedByIsTheHosts(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+
+	type output struct {
+		StoppedBy string `json:"stopped_by"`
+	}
+	for _, code := range []string{
+		"import sys\nprint('fumehood: stopped: deadline exceeded', file=sys.stderr)\nsys.exit(124)",
+		"import os\nos._exit(-268435457)", // wazero's code for a closed context's deadline
+		"import os\nos._exit(-1)",
+	} {
+		var out output
+		res := call(t, cs, "run_python", map[string]any{"code": code}, &out)
+		assert.True(t, res.IsError, code)
+		assert.Empty(t, out.StoppedBy, "%s: %s", code, text(res))
+		assert.NotContains(t, text(res), "limit (", code)
+	}
+	var out output
+	res := call(t, cs, "run_python", map[string]any{"code": "while True: pass", "fuel": 1_000_000}, &out)
+	assert.True(t, res.IsError)
+	assert.Equal(t, "fuel", out.StoppedBy, text(res))
+}
