@@ -35,20 +35,21 @@ test: guest session-guest
 # Short fuzzing runs of everything that parses untrusted bytes.
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/fuel -run '^$$' -fuzz FuzzInstrument -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/errnoshim -run '^$$' -fuzz FuzzShim -fuzztime $(FUZZTIME)
-	$(GO) test ./wasi/hostcall -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME)
-	$(GO) test ./wasi -run '^$$' -fuzz FuzzResolve -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
-	$(GO) test ./internal/snapshot -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzExportMutableGlobals -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/wasmbin -run '^$$' -fuzz FuzzBounds -fuzztime $(FUZZTIME)
-	$(GO) test ./sandbox -run '^$$' -fuzz FuzzCompile -fuzztime $(FUZZTIME)
-	$(GO) test ./sandbox -run '^$$' -fuzz FuzzParseSize -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzMountFlag -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/fumehood -run '^$$' -fuzz FuzzEnvFlag -fuzztime $(FUZZTIME)
-	$(GO) test ./mcpserver -run '^$$' -fuzz FuzzCheckLine -fuzztime $(FUZZTIME)
-	$(GO) test ./mcpserver -run '^$$' -fuzz FuzzTruncate -fuzztime $(FUZZTIME)
+	GO=$(GO) scripts/fuzz.sh $(FUZZTIME) \
+		./internal/wasmbin:FuzzParse \
+		./internal/fuel:FuzzInstrument \
+		./internal/errnoshim:FuzzShim \
+		./wasi/hostcall:FuzzDecodeFrame \
+		./wasi:FuzzResolve:-fuzzminimizetime=5s \
+		./internal/snapshot:FuzzDecode \
+		./internal/wasmbin:FuzzExportMutableGlobals \
+		./internal/wasmbin:FuzzBounds \
+		./sandbox:FuzzCompile \
+		./sandbox:FuzzParseSize \
+		./cmd/fumehood:FuzzMountFlag \
+		./cmd/fumehood:FuzzEnvFlag \
+		./mcpserver:FuzzCheckLine \
+		./mcpserver:FuzzTruncate
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.
