@@ -28,9 +28,12 @@ session-guest: build tools
 demo: guest
 	$(BIN) run -c '$(SNIPPET)'
 
+# examples/agents is a module of its own (it needs model SDKs, fumehood does
+# not): go test ./... does not enter it.
 test: guest session-guest
 	$(GO) vet ./...
 	$(GO) test ./...
+	cd examples/agents && $(GO) vet ./... && $(GO) test ./...
 
 # Short fuzzing runs of everything that parses untrusted bytes.
 FUZZTIME ?= 30s
