@@ -229,6 +229,13 @@ print(open("/work/data.csv").read().count("\n"))
 	require.Len(t, r.Files, 1)
 	assert.Equal(t, "/work/out/table.txt", r.Files[0].Path)
 	assert.Equal(t, int64(2), r.Files[0].Size)
+
+	// At most 8 images carry their data, at most 64 files are listed.
+	r = tool.Call(ctx, "f", args("for i in range(100): open(f'/work/p{i:03}.png', 'wb').write(png)"))
+	require.False(t, r.IsError, r.Text())
+	assert.Len(t, r.Files, 64)
+	assert.Len(t, r.Images(), 8)
+	assert.Equal(t, []string{"files"}, r.Truncated)
 }
 
 // TestMaxSessionsAndIdle: a conversation past MaxSessions is refused with
@@ -248,6 +255,13 @@ func TestMaxSessionsAndIdle(t *testing.T) {
 	require.False(t, r.IsError, r.Text())
 	r = tool.Call(ctx, "two", args("v"))
 	assert.True(t, r.IsError, "conversation two never set v")
+	assert.Empty(t, r.Notes)
+
+	// Conversation one's session idled out: its next call says its state is gone.
+	require.NoError(t, tool.End(ctx, "two"))
+	r = tool.Call(ctx, "one", args("v"))
+	assert.True(t, r.IsError)
+	assert.Contains(t, r.Text(), "note: this conversation's previous session was closed after 300ms without calls")
 }
 
 // TestConcurrentConversations: calls of several conversations at once,

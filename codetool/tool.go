@@ -37,10 +37,14 @@ const (
 	DefaultIdleTimeout   = 10 * time.Minute
 	DefaultOutputDir     = "/work"
 	DefaultMaxImageBytes = 1 << 20
-	// maxFiles bounds the files a Result lists, and maxWalk the entries
-	// looked at to find them.
-	maxFiles = 64
-	maxWalk  = 20_000
+	// maxFiles bounds the files a Result lists, maxImages those it carries
+	// the content of, and maxWalk the entries looked at to find them.
+	maxFiles  = 64
+	maxImages = 8
+	maxWalk   = 20_000
+	// maxExpired bounds the conversations remembered as closed for being
+	// idle, to tell the model when its state is gone.
+	maxExpired = 4096
 )
 
 // Options configure a Tool. The zero value gives the sandbox package's
@@ -68,7 +72,9 @@ type Options struct {
 	// lists; "" means DefaultOutputDir.
 	OutputDir string
 	// MaxImageBytes bounds an image file a Result carries; 0 means
-	// DefaultMaxImageBytes. Larger images are listed without their data.
+	// DefaultMaxImageBytes. Larger images are listed without their data,
+	// and so are images past the eighth of a run: a Result holds at most
+	// 8 × MaxImageBytes of images.
 	MaxImageBytes int
 	// Setup, if set, prepares each new session, before its first run:
 	// upload the conversation's data with s.Sandbox().WriteFile.
@@ -83,9 +89,10 @@ type Tool struct {
 	opts   Options
 	limits Limits // resolved
 
-	mu     sync.Mutex
-	closed bool
-	convs  map[string]*conv
+	mu      sync.Mutex
+	closed  bool
+	convs   map[string]*conv
+	expired map[string]bool // conversations whose session idled out
 }
 
 // conv is a conversation's session.
@@ -133,7 +140,7 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if o.MaxImageBytes == 0 {
 		o.MaxImageBytes = DefaultMaxImageBytes
 	}
-	return &Tool{py: py, opts: o, limits: l, convs: map[string]*conv{}}, nil
+	return &Tool{py: py, opts: o, limits: l, convs: map[string]*conv{}, expired: map[string]bool{}}, nil
 }
 
 // Input is the tool's input, as the model sends it.
@@ -197,7 +204,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
-	c, err := t.acquire(ctx, conversation)
+	c, fresh, err := t.acquire(ctx, conversation)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
@@ -210,6 +217,10 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		t.endLocked(conversation, c)
 	}
 	r := FromRun(res, err, t.limits.MaxOutput)
+	if fresh {
+		r.Notes = append(r.Notes, fmt.Sprintf("this conversation's previous session was closed after %v without calls: "+
+			"this call ran in a fresh interpreter, without the variables and files of earlier calls", t.opts.IdleTimeout))
+	}
 	if raised {
 		r.Notes = append(r.Notes, fmt.Sprintf("timeout_ms %d is above this tool's limit; the run had %v", in.TimeoutMS, t.limits.Timeout))
 	}
@@ -229,43 +240,53 @@ func errResult(err error, maxOutput int) *Result {
 }
 
 // acquire returns the conversation's session, creating it if needed,
-// holding its turn.
-func (t *Tool) acquire(ctx context.Context, id string) (*conv, error) {
+// holding its turn; fresh reports a new session of a conversation whose
+// session was closed for being idle.
+func (t *Tool) acquire(ctx context.Context, id string) (_ *conv, fresh bool, _ error) {
 	for {
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
-			return nil, ErrClosed
+			return nil, false, ErrClosed
 		}
 		c := t.convs[id]
 		if c == nil {
 			if len(t.convs) >= t.opts.MaxSessions {
 				t.mu.Unlock()
-				return nil, fmt.Errorf("%w: %d conversations have a session, the most this tool keeps", ErrTooManySessions, t.opts.MaxSessions)
+				return nil, false, fmt.Errorf("%w: %d conversations have a session, the most this tool keeps", ErrTooManySessions, t.opts.MaxSessions)
 			}
 			c = &conv{turn: make(chan struct{}, 1)}
 			c.turn <- struct{}{}
 			t.convs[id] = c
+			fresh = t.expired[id]
+			delete(t.expired, id)
 			t.mu.Unlock()
 			if err := t.open(ctx, id, c); err != nil {
 				t.endLocked(id, c)
 				<-c.turn
-				return nil, err
+				return nil, false, err
 			}
-			return c, nil
+			return c, fresh, nil
 		}
 		t.mu.Unlock()
 		select {
 		case c.turn <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for the conversation's previous call: %w", context.Cause(ctx))
+			return nil, false, fmt.Errorf("waiting for the conversation's previous call: %w", context.Cause(ctx))
+		}
+		t.mu.Lock()
+		closed := t.closed
+		t.mu.Unlock()
+		if closed {
+			<-c.turn
+			return nil, false, ErrClosed
 		}
 		if c.ended {
 			<-c.turn // closed meanwhile (idle, End): start again
 			continue
 		}
 		t.stopTimer(c)
-		return c, nil
+		return c, false, nil
 	}
 }
 
@@ -330,6 +351,12 @@ func (t *Tool) expire(c *conv) {
 	t.mu.Unlock()
 	if found {
 		t.endLocked(id, c)
+		t.mu.Lock()
+		if len(t.expired) >= maxExpired {
+			clear(t.expired)
+		}
+		t.expired[id] = true
+		t.mu.Unlock()
 	}
 }
 
@@ -456,12 +483,14 @@ func (t *Tool) produced(sb *sandbox.Sandbox, before map[string]stamp) ([]File, e
 		names, err = names[:maxFiles], errTooManyFiles
 	}
 	files := make([]File, 0, len(names))
+	images := 0
 	for _, p := range names {
 		name, _ := Clip(p, 1024)
 		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
-		if f.MediaType != "" && f.Size <= int64(t.opts.MaxImageBytes) {
+		if f.MediaType != "" && f.Size <= int64(t.opts.MaxImageBytes) && images < maxImages {
 			if data, rerr := sb.ReadFile(p); rerr == nil && len(data) <= t.opts.MaxImageBytes {
 				f.Data = data
+				images++
 			}
 		}
 		files = append(files, f)
