@@ -99,8 +99,9 @@ type Tool struct {
 type conv struct {
 	turn  chan struct{} // holding the turn is a send
 	s     *sandbox.Session
-	timer *time.Timer
-	ended bool // closed; the holder of the turn sets it
+	timer  *time.Timer
+	cancel func() // stops the call in progress; under Tool.mu
+	ended  bool   // closed; the holder of the turn sets it
 }
 
 // New returns a tool that runs code on py, the session build of the Python
@@ -209,6 +210,22 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		return errResult(err, t.limits.MaxOutput)
 	}
 	defer t.releaseTurn(c)
+	// Close stops the call by its context, then waits for the turn: the
+	// session and its files are only ever used by the turn's holder.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return errResult(ErrClosed, t.limits.MaxOutput)
+	}
+	c.cancel = func() { cancel(ErrClosed) }
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		c.cancel = nil
+		t.mu.Unlock()
+	}()
 
 	before := t.listFiles(c.s.Sandbox())
 	res, err := c.s.Run(ctx, in.Code, cfg)
@@ -305,7 +322,16 @@ func (t *Tool) open(ctx context.Context, id string, c *conv) error {
 	if err != nil {
 		return err
 	}
-	c.s = s
+	t.mu.Lock()
+	closed := t.closed
+	if !closed {
+		c.s = s
+	}
+	t.mu.Unlock()
+	if closed {
+		s.Close()
+		return ErrClosed
+	}
 	if t.opts.Setup != nil {
 		if err := t.opts.Setup(ctx, id, s); err != nil {
 			return fmt.Errorf("codetool: setting up the session: %w", err)
@@ -322,7 +348,9 @@ func (t *Tool) releaseTurn(c *conv) {
 		_ = c.s.Hibernate()
 		if t.opts.IdleTimeout > 0 {
 			t.mu.Lock()
-			if c.timer == nil {
+			if t.closed {
+				// Close waits for this turn and closes the session.
+			} else if c.timer == nil {
 				c.timer = time.AfterFunc(t.opts.IdleTimeout, func() { t.expire(c) })
 			} else {
 				c.timer.Reset(t.opts.IdleTimeout)
@@ -405,8 +433,8 @@ func (t *Tool) Sessions() int {
 	return len(t.convs)
 }
 
-// Close closes every session, stopping runs in progress; later calls are
-// ErrClosed results.
+// Close closes every session. It stops the runs in progress and waits
+// for their calls to return; later calls are ErrClosed results.
 func (t *Tool) Close() error {
 	t.mu.Lock()
 	t.closed = true
@@ -416,12 +444,20 @@ func (t *Tool) Close() error {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
+		if c.cancel != nil {
+			c.cancel()
+		}
 	}
 	t.mu.Unlock()
 	for _, c := range all {
-		if c.s != nil {
-			c.s.Close() // a run in progress stops; its call sees the session closed
+		c.turn <- struct{}{}
+		if !c.ended {
+			c.ended = true
+			if c.s != nil {
+				c.s.Close()
+			}
 		}
+		<-c.turn
 	}
 	return nil
 }
