@@ -347,12 +347,14 @@ func (t *Tool) releaseTurn(c *conv) {
 		// With files held open it stays awake (ErrOpenFiles), which is fine.
 		_ = c.s.Hibernate()
 		if t.opts.IdleTimeout > 0 {
+			// After Close no timer starts: Close waits for this turn and
+			// closes the session.
 			t.mu.Lock()
-			if t.closed {
-				// Close waits for this turn and closes the session.
-			} else if c.timer == nil {
+			switch {
+			case t.closed:
+			case c.timer == nil:
 				c.timer = time.AfterFunc(t.opts.IdleTimeout, func() { t.expire(c) })
-			} else {
+			default:
 				c.timer.Reset(t.opts.IdleTimeout)
 			}
 			t.mu.Unlock()
