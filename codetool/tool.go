@@ -97,8 +97,8 @@ type Tool struct {
 
 // conv is a conversation's session.
 type conv struct {
-	turn  chan struct{} // holding the turn is a send
-	s     *sandbox.Session
+	turn   chan struct{} // holding the turn is a send
+	s      *sandbox.Session
 	timer  *time.Timer
 	cancel func() // stops the call in progress; under Tool.mu
 	ended  bool   // closed; the holder of the turn sets it
