@@ -52,7 +52,8 @@ fuzz:
 		./cmd/fumehood:FuzzMountFlag \
 		./cmd/fumehood:FuzzEnvFlag \
 		./mcpserver:FuzzCheckLine \
-		./mcpserver:FuzzTruncate
+		./mcpserver:FuzzTruncate \
+		./codetool:FuzzParseInput
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.

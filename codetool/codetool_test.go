@@ -311,3 +311,20 @@ func TestClosed(t *testing.T) {
 	assert.ErrorIs(t, r.Err, codetool.ErrClosed)
 	assert.True(t, errors.Is(r.Err, codetool.ErrClosed))
 }
+
+// FuzzParseInput: any bytes a model sends parse or are an ErrBadArguments;
+// parsed code is never empty nor past the cap.
+func FuzzParseInput(f *testing.F) {
+	for _, s := range []string{`{"code": "1"}`, `{"code": "x", "timeout_ms": 5}`, `{"code": 1}`, `{`, `{"code": "a"} x`, `{"CODE": "1"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in, err := codetool.ParseInput(b, 64)
+		if err != nil {
+			require.ErrorIs(t, err, codetool.ErrBadArguments)
+			return
+		}
+		require.NotEmpty(t, strings.TrimSpace(in.Code))
+		require.LessOrEqual(t, len(in.Code), 64)
+	})
+}
