@@ -52,8 +52,11 @@ type Result struct {
 
 // Exception is a Python exception in a Result.
 type Exception struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
+	// Type is the exception's class ("ZeroDivisionError").
+	Type string `json:"type"`
+	// Message is str() of the exception.
+	Message string `json:"message"`
+	// Traceback is the traceback as Python prints it.
 	Traceback string `json:"traceback,omitempty"`
 }
 

@@ -32,10 +32,15 @@ var (
 
 // Defaults of Options.
 const (
-	DefaultMaxCode       = 64 << 10
-	DefaultMaxSessions   = 16
-	DefaultIdleTimeout   = 10 * time.Minute
-	DefaultOutputDir     = "/work"
+	// DefaultMaxCode is Options.MaxCode's default: 64 KiB of code.
+	DefaultMaxCode = 64 << 10
+	// DefaultMaxSessions is Options.MaxSessions's default.
+	DefaultMaxSessions = 16
+	// DefaultIdleTimeout is Options.IdleTimeout's default.
+	DefaultIdleTimeout = 10 * time.Minute
+	// DefaultOutputDir is Options.OutputDir's default.
+	DefaultOutputDir = "/work"
+	// DefaultMaxImageBytes is Options.MaxImageBytes's default: 1 MiB.
 	DefaultMaxImageBytes = 1 << 20
 	// maxFiles bounds the files a Result lists, maxImages those it carries
 	// the content of, and maxWalk the entries looked at to find them.
