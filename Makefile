@@ -28,9 +28,12 @@ session-guest: build tools
 demo: guest
 	$(BIN) run -c '$(SNIPPET)'
 
+# examples/agents is a module of its own (it needs model SDKs, fumehood does
+# not): go test ./... does not enter it.
 test: guest session-guest
 	$(GO) vet ./...
 	$(GO) test ./...
+	cd examples/agents && $(GO) vet ./... && $(GO) test ./...
 
 # Short fuzzing runs of everything that parses untrusted bytes.
 FUZZTIME ?= 30s
@@ -49,7 +52,8 @@ fuzz:
 		./cmd/fumehood:FuzzMountFlag \
 		./cmd/fumehood:FuzzEnvFlag \
 		./mcpserver:FuzzCheckLine \
-		./mcpserver:FuzzTruncate
+		./mcpserver:FuzzTruncate \
+		./codetool:FuzzParseInput
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.

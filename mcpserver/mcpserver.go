@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,10 +41,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
@@ -133,8 +132,7 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	s := &Server{py: py, opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
 		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{})}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
-		Instructions: "Run Python 3.12 code in a sandbox: no network unless allowed, an in-memory filesystem, " +
-			"limits on time, CPU (fuel), memory and output. run_python is a fresh interpreter each time; " +
+		Instructions: codetool.Instructions + " run_python is a fresh interpreter each time; " +
 			"sessions keep variables, imports and files from one call to the next.",
 	})
 	s.addTools()
@@ -318,55 +316,27 @@ func (s *Server) addTools() {
 	}
 }
 
-// maxTimeoutMS is the largest timeout_ms a time.Duration holds.
-const maxTimeoutMS = math.MaxInt64 / int64(time.Millisecond)
-
 // config returns a run's limits: the server's, lowered by the call's. A
 // call never raises one: an unset, larger or out-of-range value leaves
-// the server's, and a negative or out-of-range one is an error.
+// the server's, and a negative or out-of-range one is an error. The rule
+// is codetool's (Limits.Lower), on the server's resolved limits.
 func (s *Server) config(l Limits) (*sandbox.Config, error) {
-	c := &sandbox.Config{Timeout: s.opts.Timeout, Fuel: s.opts.Fuel, MaxOutput: s.opts.MaxOutput}
-	switch {
-	case l.TimeoutMS < 0:
-		return nil, fmt.Errorf("timeout_ms must be a positive number of milliseconds, not %d", l.TimeoutMS)
-	case l.TimeoutMS > maxTimeoutMS:
-		return nil, fmt.Errorf("timeout_ms %d is out of range: at most %d", l.TimeoutMS, maxTimeoutMS)
-	case l.Fuel < 0:
-		return nil, fmt.Errorf("fuel must be a positive number of instructions, not %d", l.Fuel)
-	}
-	if l.TimeoutMS > 0 {
-		t := time.Duration(l.TimeoutMS) * time.Millisecond
-		if c.Timeout < 0 || t < c.Timeout {
-			c.Timeout = t
-		}
-	}
-	if l.Fuel > 0 && l.Fuel < c.Fuel {
-		c.Fuel = l.Fuel
-	}
-	return c, nil
+	lim := codetool.Limits{Timeout: s.opts.Timeout, Fuel: s.opts.Fuel, MaxOutput: s.opts.MaxOutput}
+	c, _, err := lim.Lower(l.TimeoutMS, l.Fuel)
+	return c, err
 }
 
 func (s *Server) sessionConfig(env map[string]string) *sandbox.SessionConfig {
 	return &sandbox.SessionConfig{Env: env, MemoryLimit: s.opts.MemoryLimit, Network: s.opts.Network}
 }
 
-// stoppedBy gives the words of RunOutput.StoppedBy for the limit that
-// stopped a run, as the host recorded it (Result.Stop), never as the
-// guest's exit status or output might suggest; "" when no limit did.
-func stoppedBy(stop sandbox.StopReason) string {
-	switch stop {
-	case sandbox.StopDeadline, sandbox.StopFuel, sandbox.StopMemory, sandbox.StopOutput:
-		return stop.String()
-	}
-	return ""
-}
-
-// result turns a run's outcome into a tool result. A Python exception or
-// a limit is an error result the model sees; other errors are too, with
-// their message. Every text is cut to the server's MaxOutput bytes here,
-// whatever the sandbox kept: its text content then holds at most five of
-// them (stdout, stderr, value, exception or error) and its structured
-// content six (stdout, stderr, value, exception type, message, traceback).
+// result turns a run's outcome into a tool result, formatted for the
+// model as codetool formats it. A Python exception or a limit is an error
+// result the model sees; other errors are too, with their message. Every
+// text is cut to the server's MaxOutput bytes here, whatever the sandbox
+// kept: its text content then holds at most five of them (stdout, stderr,
+// value, exception or error) and its structured content six (stdout,
+// stderr, value, exception type, message, traceback).
 func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, RunOutput, error) {
 	var out RunOutput
 	if res == nil {
@@ -375,27 +345,17 @@ func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, Ru
 		}
 		return nil, out, err
 	}
-	var cut bool
+	r := codetool.FromRun(res, err, s.opts.MaxOutput)
 	out = RunOutput{
-		Stdout: s.clip(string(res.Stdout), &cut), Stderr: s.clip(string(res.Stderr), &cut), ExitCode: res.ExitCode,
+		Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, ExitCode: res.ExitCode,
 		FuelUsed: res.FuelUsed, WallMS: float64(res.Duration.Microseconds()) / 1000,
+		StoppedBy: r.StoppedBy, Truncated: len(r.Truncated) > 0,
 	}
-	if res.HasValue {
-		v := s.clip(res.Value, &cut)
-		out.Value = &v
+	if e := r.Exception; e != nil {
+		out.Exception = &Exception{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
 	}
-	if e := res.Exception; e != nil {
-		out.Exception = &Exception{Type: s.clip(e.Type, &cut), Message: s.clip(e.Message, &cut), Traceback: s.clip(e.Traceback, &cut)}
-	}
-	out.Truncated = cut || res.StdoutTruncated || res.StderrTruncated || res.ValueTruncated ||
-		(res.Exception != nil && res.Exception.Truncated)
-	out.StoppedBy = stoppedBy(res.Stop)
-	var errText string
-	if err != nil {
-		errText = trunc(err.Error(), s.opts.MaxOutput)
-	}
-	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary(&out, errText)}}}
-	tr.IsError = err != nil
+	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: r.Text()}}}
+	tr.IsError = r.IsError
 	return tr, out, nil
 }
 
@@ -407,64 +367,14 @@ func (s *Server) clip(text string, cut *bool) string {
 	return t
 }
 
-// truncate returns text as valid UTF-8 (a run of invalid bytes becomes
-// U+FFFD) of at most n bytes, cut at a character boundary, and whether it
-// cut.
-func truncate(text string, n int) (string, bool) {
-	cut := len(text) > n
-	if cut {
-		text = text[:n+1] // the last byte only tells whether a character ends at n
-	}
-	text = strings.ToValidUTF8(text, "\uFFFD")
-	if len(text) <= n {
-		return text, cut
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(text[i]) {
-		i--
-	}
-	return text[:i], true
-}
+// truncate returns text as valid UTF-8 of at most n bytes, cut at a
+// character boundary, and whether it cut (codetool.Clip).
+func truncate(text string, n int) (string, bool) { return codetool.Clip(text, n) }
 
 // trunc is truncate without the report.
 func trunc(text string, n int) string {
 	t, _ := truncate(text, n)
 	return t
-}
-
-// summary is the text content of a run's result, for the model to read.
-func summary(out *RunOutput, errText string) string {
-	var b strings.Builder
-	if out.Stdout != "" {
-		fmt.Fprintf(&b, "stdout:\n%s", out.Stdout)
-		if !strings.HasSuffix(out.Stdout, "\n") {
-			b.WriteByte('\n')
-		}
-	}
-	if out.Stderr != "" {
-		fmt.Fprintf(&b, "stderr:\n%s", out.Stderr)
-		if !strings.HasSuffix(out.Stderr, "\n") {
-			b.WriteByte('\n')
-		}
-	}
-	if out.Value != nil {
-		fmt.Fprintf(&b, "value: %s\n", *out.Value)
-	}
-	switch {
-	case out.Exception != nil:
-		fmt.Fprintf(&b, "exception: %s: %s\n", out.Exception.Type, out.Exception.Message)
-	case out.StoppedBy != "":
-		fmt.Fprintf(&b, "stopped: %s limit (%s)\n", out.StoppedBy, errText)
-	case errText != "":
-		fmt.Fprintf(&b, "error: %s\n", errText)
-	}
-	if out.Truncated {
-		b.WriteString("(output past the server's limit was dropped)\n")
-	}
-	if b.Len() == 0 {
-		b.WriteString("(no output)\n")
-	}
-	return b.String()
 }
 
 // Errors of the server's bounds, in tool results.

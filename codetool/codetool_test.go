@@ -1,0 +1,330 @@
+package codetool_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+func newTool(t *testing.T, o *codetool.Options) *codetool.Tool {
+	t.Helper()
+	tool, err := codetool.New(testenv.PythonSessions(t), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { tool.Close() })
+	return tool
+}
+
+func args(code string) []byte {
+	b, _ := json.Marshal(map[string]any{"code": code})
+	return b
+}
+
+// TestSchemaAndDescription: the schema is a fresh, valid JSON object each
+// call, and the description holds the instructions.
+func TestSchemaAndDescription(t *testing.T) {
+	s := codetool.InputSchema()
+	s["type"] = "changed"
+	s2 := codetool.InputSchema()
+	assert.Equal(t, "object", s2["type"])
+	assert.Equal(t, []any{"code"}, s2["required"])
+	assert.Equal(t, false, s2["additionalProperties"])
+	_, err := json.Marshal(s2)
+	require.NoError(t, err)
+	assert.Contains(t, codetool.Description, codetool.Instructions)
+	assert.Equal(t, "run_python", codetool.Name)
+}
+
+// TestParseInput: every bad argument is an ErrBadArguments that says what
+// was wrong.
+func TestParseInput(t *testing.T) {
+	in, err := codetool.ParseInput([]byte(`{"code": "1+1", "timeout_ms": 500}`), 100)
+	require.NoError(t, err)
+	assert.Equal(t, codetool.Input{Code: "1+1", TimeoutMS: 500}, in)
+
+	for _, c := range []struct{ args, want string }{
+		{`{"code": "1+1"`, "unexpected EOF"},
+		{`not json`, "invalid character"},
+		{`{"code": "1", "memory_limit": 1000000000}`, `unknown field "memory_limit"`},
+		{`{"code": 5}`, `"code" must be a string`},
+		{`{"code": "1", "timeout_ms": 1.5}`, `"timeout_ms" must be a positive integer`},
+		{`{"code": "1", "timeout_ms": 1e30}`, `"timeout_ms" must be a positive integer`},
+		{`{}`, `"code" is missing or empty`},
+		{`{"code": "  "}`, `"code" is missing or empty`},
+		{`{"code": "1"} {"code": "2"}`, "one JSON object"},
+		{`[]`, "not {"},
+		{`null`, `"code" is missing`},
+		{`{"code": "` + strings.Repeat("x", 101) + `"}`, "the code is 101 bytes, more than the 100"},
+		{`{"code": "` + strings.Repeat("x", 10_000) + `"}`, "send at most 100 bytes of code"},
+	} {
+		_, err := codetool.ParseInput([]byte(c.args), 100)
+		require.ErrorIs(t, err, codetool.ErrBadArguments, c.args)
+		assert.Contains(t, err.Error(), c.want, c.args)
+	}
+}
+
+// TestLowerNeverRaises: a call lowers the timeout and fuel, never raises
+// them; unset limits resolve to the sandbox's defaults first.
+func TestLowerNeverRaises(t *testing.T) {
+	l, err := codetool.Limits{}.Resolve()
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.DefaultTimeout, l.Timeout)
+	assert.Equal(t, int64(sandbox.DefaultFuel), l.Fuel)
+	assert.Equal(t, sandbox.DefaultMaxOutput, l.MaxOutput)
+
+	cfg, raised, err := l.Lower(1000, 5)
+	require.NoError(t, err)
+	assert.False(t, raised)
+	assert.Equal(t, time.Second, cfg.Timeout)
+	assert.Equal(t, int64(5), cfg.Fuel)
+
+	cfg, raised, err = l.Lower(1<<40, 1<<62)
+	require.NoError(t, err)
+	assert.True(t, raised)
+	assert.Equal(t, sandbox.DefaultTimeout, cfg.Timeout)
+	assert.Equal(t, int64(sandbox.DefaultFuel), cfg.Fuel)
+
+	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {1 << 62, 0}} {
+		_, _, err := l.Lower(c[0], c[1])
+		assert.ErrorIs(t, err, codetool.ErrBadArguments, c)
+	}
+	_, err = codetool.Limits{Fuel: -1}.Resolve()
+	assert.Error(t, err)
+}
+
+// TestResultText: the text a model reads, with each section.
+func TestResultText(t *testing.T) {
+	v := "42"
+	r := &codetool.Result{Stdout: "hi", Value: &v,
+		Exception: &codetool.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
+		Files:     []codetool.File{{Path: "/work/a.png", Size: 3, MediaType: "image/png", Data: []byte{1, 2, 3}}, {Path: "/work/b.csv", Size: 9}},
+		Truncated: []string{"stdout"}, Notes: []string{"n1"}}
+	assert.Equal(t, "stdout:\nhi\nvalue: 42\nexception: ValueError: bad\ntraceback:\nTraceback...\nValueError: bad\n"+
+		"files:\n  /work/a.png (3 bytes, image/png, attached)\n  /work/b.csv (9 bytes)\n"+
+		"(past the limit, some was dropped: stdout)\nnote: n1\n", r.Text())
+	assert.Len(t, r.Images(), 1)
+	assert.True(t, r.Images()[0].IsRaster())
+	assert.Equal(t, "AQID", r.Images()[0].Base64())
+	assert.Equal(t, "(no output)\n", (&codetool.Result{}).Text())
+
+	got, cut := codetool.Clip("héllo\xff", 2)
+	assert.True(t, cut)
+	assert.Equal(t, "h", got)
+}
+
+// TestCallKeepsState: the calls of one conversation share a session;
+// another conversation has its own.
+func TestCallKeepsState(t *testing.T) {
+	tool := newTool(t, nil)
+	ctx := context.Background()
+	r := tool.Call(ctx, "a", args("x = 20\nprint('set')"))
+	require.False(t, r.IsError, r.Text())
+	assert.Equal(t, "stdout:\nset\n", r.Text())
+	r = tool.Call(ctx, "a", args("x + 22"))
+	require.False(t, r.IsError, r.Text())
+	assert.Equal(t, "42", *r.Value)
+	r = tool.Call(ctx, "b", args("x"))
+	assert.True(t, r.IsError)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, r.Err, &exc)
+	assert.Equal(t, "NameError", exc.Type)
+	assert.Contains(t, r.Text(), "exception: NameError: name 'x' is not defined\n")
+	assert.Contains(t, r.Text(), "Traceback (most recent call last)")
+	assert.Equal(t, 2, tool.Sessions())
+
+	require.NoError(t, tool.End(ctx, "a"))
+	assert.Equal(t, 1, tool.Sessions())
+	r = tool.Call(ctx, "a", args("x"))
+	assert.True(t, r.IsError, "a fresh session after End")
+}
+
+// TestBadInputIsAResult: malformed arguments, unknown fields, huge code
+// and a request to raise the timeout give a result that says so; none
+// raises a limit.
+func TestBadInputIsAResult(t *testing.T) {
+	tool := newTool(t, &codetool.Options{Limits: codetool.Limits{Timeout: 2 * time.Second}, MaxCode: 1000})
+	ctx := context.Background()
+	for _, a := range []string{`{"code": "1"`, `{"code": "1", "timeout": 9}`, `{"code": "` + strings.Repeat("1", 2000) + `"}`,
+		`{"code": "1", "timeout_ms": -3}`, `{"code": "1", "fuel": 1}`} {
+		r := tool.Call(ctx, "c", []byte(a))
+		assert.True(t, r.IsError, a)
+		assert.ErrorIs(t, r.Err, codetool.ErrBadArguments, a)
+		assert.Contains(t, r.Text(), "error: codetool: bad arguments: ", a)
+	}
+	assert.Equal(t, 0, tool.Sessions(), "bad arguments start no session")
+
+	// A raise is refused with a note; the run keeps the tool's 2 s.
+	r := tool.Call(ctx, "c", []byte(`{"code": "while True: pass", "timeout_ms": 3600000}`))
+	assert.True(t, r.IsError)
+	assert.Equal(t, "deadline", r.StoppedBy)
+	assert.ErrorIs(t, r.Err, context.DeadlineExceeded)
+	assert.Less(t, r.Run.Duration, time.Minute)
+	assert.Contains(t, r.Text(), "note: timeout_ms 3600000 is above this tool's limit; the run had 2s\n")
+
+	// A lower one applies.
+	r = tool.Call(ctx, "c", []byte(`{"code": "while True: pass", "timeout_ms": 100}`))
+	assert.Equal(t, "deadline", r.StoppedBy)
+	assert.Less(t, r.Run.Duration, 2*time.Second)
+	assert.Empty(t, r.Notes)
+}
+
+// TestFilesAndImages: new and changed files under /work are listed,
+// images carry their bytes; files outside it and unchanged ones are not.
+func TestFilesAndImages(t *testing.T) {
+	tool := newTool(t, &codetool.Options{MaxImageBytes: 100_000, Setup: func(ctx context.Context, conv string, s *sandbox.Session) error {
+		return s.Sandbox().WriteFile("/work/data.csv", []byte("a,b\n1,2\n"))
+	}})
+	ctx := context.Background()
+	code := `
+import zlib, struct, os
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+raw = b"".join(b"\x00" + b"\xff\x00\x00" * 4 for _ in range(4))
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+open("/work/chart.png", "wb").write(png)
+open("/work/chart.svg", "w").write('<svg xmlns="http://www.w3.org/2000/svg"><rect width="4" height="4"/></svg>')
+os.makedirs("/work/out", exist_ok=True)
+open("/work/out/big.svg", "w").write("<svg>" + "x" * 200000 + "</svg>")
+open("/work/out/table.txt", "w").write("t")
+open("/tmp/scratch.txt", "w").write("not listed")
+print(open("/work/data.csv").read().count("\n"))
+`
+	r := tool.Call(ctx, "f", args(code))
+	require.False(t, r.IsError, r.Text())
+	var paths []string
+	for _, f := range r.Files {
+		paths = append(paths, f.Path)
+	}
+	assert.Equal(t, []string{"/work/chart.png", "/work/chart.svg", "/work/out/big.svg", "/work/out/table.txt"}, paths)
+	imgs := r.Images()
+	require.Len(t, imgs, 2)
+	assert.Equal(t, "image/png", imgs[0].MediaType)
+	assert.True(t, imgs[0].IsRaster())
+	assert.Equal(t, []byte("\x89PNG"), imgs[0].Data[:4])
+	assert.Equal(t, "image/svg+xml", imgs[1].MediaType)
+	assert.False(t, imgs[1].IsRaster())
+	assert.Contains(t, r.Text(), "  /work/out/big.svg (200011 bytes, image/svg+xml, too large to attach)\n")
+	assert.Contains(t, r.Text(), "  /work/chart.png (")
+
+	// JSON carries the image as base64.
+	j, err := json.Marshal(r)
+	require.NoError(t, err)
+	assert.Contains(t, string(j), `"data":"`+base64.StdEncoding.EncodeToString(imgs[0].Data)+`"`)
+
+	// Unchanged files are not listed again; a changed one is.
+	r = tool.Call(ctx, "f", args("open('/work/out/table.txt', 'w').write('tt')"))
+	require.False(t, r.IsError, r.Text())
+	require.Len(t, r.Files, 1)
+	assert.Equal(t, "/work/out/table.txt", r.Files[0].Path)
+	assert.Equal(t, int64(2), r.Files[0].Size)
+
+	// At most 8 images carry their data, at most 64 files are listed.
+	r = tool.Call(ctx, "f", args("for i in range(100): open(f'/work/p{i:03}.png', 'wb').write(png)"))
+	require.False(t, r.IsError, r.Text())
+	assert.Len(t, r.Files, 64)
+	assert.Len(t, r.Images(), 8)
+	assert.Equal(t, []string{"files"}, r.Truncated)
+}
+
+// TestMaxSessionsAndIdle: a conversation past MaxSessions is refused with
+// ErrTooManySessions; an idle session is closed and the next call starts
+// a fresh one.
+func TestMaxSessionsAndIdle(t *testing.T) {
+	tool := newTool(t, &codetool.Options{MaxSessions: 1, IdleTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	r := tool.Call(ctx, "one", args("v = 1"))
+	require.False(t, r.IsError, r.Text())
+	r = tool.Call(ctx, "two", args("1"))
+	assert.ErrorIs(t, r.Err, codetool.ErrTooManySessions)
+	assert.Contains(t, r.Text(), "too many live sessions")
+
+	require.Eventually(t, func() bool { return tool.Sessions() == 0 }, 10*time.Second, 20*time.Millisecond)
+	r = tool.Call(ctx, "two", args("2"))
+	require.False(t, r.IsError, r.Text())
+	r = tool.Call(ctx, "two", args("v"))
+	assert.True(t, r.IsError, "conversation two never set v")
+	assert.Empty(t, r.Notes)
+
+	// Conversation one's session idled out: its next call says its state is gone.
+	require.NoError(t, tool.End(ctx, "two"))
+	r = tool.Call(ctx, "one", args("v"))
+	assert.True(t, r.IsError)
+	assert.Contains(t, r.Text(), "note: this conversation's previous session was closed after 300ms without calls")
+}
+
+// TestConcurrentConversations: calls of several conversations at once,
+// and of one conversation from several goroutines, run one at a time per
+// conversation, each seeing its own state.
+func TestConcurrentConversations(t *testing.T) {
+	tool := newTool(t, nil)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan string, 12)
+	for c := range 3 {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := tool.Call(ctx, fmt.Sprint("conv", c), args(fmt.Sprintf("n = globals().get('n', 0) + 1\nconv = %d\n(conv, n)", c)))
+				if r.IsError || r.Value == nil || !strings.HasPrefix(*r.Value, fmt.Sprintf("(%d, ", c)) {
+					errs <- r.Text()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	for c := range 3 {
+		r := tool.Call(ctx, fmt.Sprint("conv", c), args("n"))
+		assert.Equal(t, "4", *r.Value)
+	}
+}
+
+// TestClosed: after Close, a call is an ErrClosed result; a run in
+// progress is stopped.
+func TestClosed(t *testing.T) {
+	tool := newTool(t, nil)
+	ctx := context.Background()
+	done := make(chan *codetool.Result)
+	go func() { done <- tool.Call(ctx, "x", args("while True: pass")) }()
+	require.Eventually(t, func() bool { return tool.Sessions() == 1 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, tool.Close())
+	r := <-done
+	assert.True(t, r.IsError)
+	r = tool.Call(ctx, "x", args("1"))
+	assert.ErrorIs(t, r.Err, codetool.ErrClosed)
+	assert.True(t, errors.Is(r.Err, codetool.ErrClosed))
+}
+
+// FuzzParseInput: any bytes a model sends parse or are an ErrBadArguments;
+// parsed code is never empty nor past the cap.
+func FuzzParseInput(f *testing.F) {
+	for _, s := range []string{`{"code": "1"}`, `{"code": "x", "timeout_ms": 5}`, `{"code": 1}`, `{`, `{"code": "a"} x`, `{"CODE": "1"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in, err := codetool.ParseInput(b, 64)
+		if err != nil {
+			require.ErrorIs(t, err, codetool.ErrBadArguments)
+			return
+		}
+		require.NotEmpty(t, strings.TrimSpace(in.Code))
+		require.LessOrEqual(t, len(in.Code), 64)
+	})
+}

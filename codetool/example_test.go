@@ -1,0 +1,54 @@
+package codetool_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// A model's tool calls, as any SDK hands them over: a conversation ID and
+// the arguments' JSON. The result's Text goes back as the tool result.
+func Example() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close(ctx)
+	tool, err := codetool.New(py, &codetool.Options{Limits: codetool.Limits{Timeout: 10 * time.Second}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer tool.Close()
+
+	for _, args := range []string{
+		`{"code": "import statistics\nxs = [3, 1, 4, 1, 5]\nprint(len(xs))"}`,
+		`{"code": "statistics.mean(xs)"}`, // the session remembers xs
+		`{"code": "1/0"}`,
+		`{"code": "1", "memory": "64GB"}`,
+	} {
+		res := tool.Call(ctx, "conversation-1", []byte(args))
+		fmt.Printf("is_error=%v\n%s", res.IsError, res.Text())
+	}
+	// Output:
+	// is_error=false
+	// stdout:
+	// 5
+	// is_error=false
+	// value: 2.8
+	// is_error=true
+	// stderr:
+	// Traceback (most recent call last):
+	//   File "<run-3>", line 1, in <module>
+	//     1/0
+	//      ~^~
+	// ZeroDivisionError: division by zero
+	// exception: ZeroDivisionError: division by zero
+	// is_error=true
+	// error: codetool: bad arguments: the arguments are not {"code": "<python>", "timeout_ms": <optional integer>}: unknown field "memory"
+}

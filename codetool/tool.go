@@ -1,0 +1,555 @@
+package codetool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/wasi/netpolicy"
+)
+
+// Errors of a Result's Err (errors.Is).
+var (
+	// ErrBadArguments: the model's arguments were not valid JSON, had an
+	// unknown field or the wrong type, lacked the code, held too much of
+	// it, or asked for a negative limit.
+	ErrBadArguments = errors.New("codetool: bad arguments")
+	// ErrTooManySessions: Options.MaxSessions conversations have a live
+	// session; End one, or wait for one to go idle.
+	ErrTooManySessions = errors.New("codetool: too many live sessions")
+	// ErrClosed: the tool was closed.
+	ErrClosed = errors.New("codetool: the tool is closed")
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxCode is Options.MaxCode's default: 64 KiB of code.
+	DefaultMaxCode = 64 << 10
+	// DefaultMaxSessions is Options.MaxSessions's default.
+	DefaultMaxSessions = 16
+	// DefaultIdleTimeout is Options.IdleTimeout's default.
+	DefaultIdleTimeout = 10 * time.Minute
+	// DefaultOutputDir is Options.OutputDir's default.
+	DefaultOutputDir = "/work"
+	// DefaultMaxImageBytes is Options.MaxImageBytes's default: 1 MiB.
+	DefaultMaxImageBytes = 1 << 20
+	// maxFiles bounds the files a Result lists, maxImages those it carries
+	// the content of, and maxWalk the entries looked at to find them.
+	maxFiles  = 64
+	maxImages = 8
+	maxWalk   = 20_000
+	// maxExpired bounds the conversations remembered as closed for being
+	// idle, to tell the model when its state is gone.
+	maxExpired = 4096
+)
+
+// Options configure a Tool. The zero value gives the sandbox package's
+// limits, no network and the defaults above.
+type Options struct {
+	// Limits bound every run; a call may only lower the timeout.
+	Limits
+	// MemoryLimit bounds each session's memory in bytes; 0 means the
+	// guest's Options.MemoryLimit.
+	MemoryLimit int64
+	// Network is the policy of every session; nil is no network.
+	Network *netpolicy.Policy
+	// MaxCode bounds the code of a call, in bytes; 0 means DefaultMaxCode.
+	MaxCode int
+	// MaxSessions bounds the conversations with a live session at once;
+	// 0 means DefaultMaxSessions. A call of another conversation past it
+	// is an ErrTooManySessions result.
+	MaxSessions int
+	// IdleTimeout closes a conversation's session once it has had no call
+	// for that long; 0 means DefaultIdleTimeout and a negative value
+	// never closes it. Between calls a session is hibernated (only the
+	// memory pages its code changed stay held).
+	IdleTimeout time.Duration
+	// OutputDir is the directory whose new and changed files a Result
+	// lists; "" means DefaultOutputDir.
+	OutputDir string
+	// MaxImageBytes bounds an image file a Result carries; 0 means
+	// DefaultMaxImageBytes. Larger images are listed without their data,
+	// and so are images past the eighth of a run: a Result holds at most
+	// 8 × MaxImageBytes of images.
+	MaxImageBytes int
+	// Setup, if set, prepares each new session, before its first run:
+	// upload the conversation's data with s.Sandbox().WriteFile.
+	Setup func(ctx context.Context, conversation string, s *sandbox.Session) error
+}
+
+// Tool runs the calls of any number of conversations, each in its own
+// Python session. It is safe for concurrent use; the calls of one
+// conversation run one at a time.
+type Tool struct {
+	py     *sandbox.Guest
+	opts   Options
+	limits Limits // resolved
+
+	mu      sync.Mutex
+	closed  bool
+	convs   map[string]*conv
+	expired map[string]bool // conversations whose session idled out
+}
+
+// conv is a conversation's session.
+type conv struct {
+	turn   chan struct{} // holding the turn is a send
+	s      *sandbox.Session
+	timer  *time.Timer
+	cancel func() // stops the call in progress; under Tool.mu
+	ended  bool   // closed; the holder of the turn sets it
+}
+
+// New returns a tool that runs code on py, the session build of the Python
+// guest (sandbox.Options.Sessions).
+func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
+	if py == nil || !py.IsPython() {
+		return nil, sandbox.ErrNotPython
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	l, err := o.Limits.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case o.MemoryLimit < 0:
+		return nil, fmt.Errorf("codetool: negative MemoryLimit %d", o.MemoryLimit)
+	case o.MaxCode < 0 || o.MaxSessions < 0 || o.MaxImageBytes < 0:
+		return nil, errors.New("codetool: negative MaxCode, MaxSessions or MaxImageBytes")
+	case o.OutputDir != "" && (!path.IsAbs(o.OutputDir) || path.Clean(o.OutputDir) != o.OutputDir):
+		return nil, fmt.Errorf("codetool: OutputDir %q is not an absolute, clean path", o.OutputDir)
+	}
+	if o.MaxCode == 0 {
+		o.MaxCode = DefaultMaxCode
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.OutputDir == "" {
+		o.OutputDir = DefaultOutputDir
+	}
+	if o.MaxImageBytes == 0 {
+		o.MaxImageBytes = DefaultMaxImageBytes
+	}
+	return &Tool{py: py, opts: o, limits: l, convs: map[string]*conv{}, expired: map[string]bool{}}, nil
+}
+
+// Input is the tool's input, as the model sends it.
+type Input struct {
+	// Code is the Python source to run.
+	Code string `json:"code"`
+	// TimeoutMS asks for a shorter wall-time limit, in milliseconds.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// ParseInput decodes a model's arguments strictly: one JSON object, no
+// unknown field, a non-empty code of at most maxCode bytes. Its errors
+// wrap ErrBadArguments and say what was wrong in words a model can act on.
+func ParseInput(arguments []byte, maxCode int) (Input, error) {
+	var in Input
+	// JSON escapes (\u0000) take at most six bytes per byte of code.
+	if len(arguments) > 6*maxCode+4096 {
+		return in, fmt.Errorf("%w: the arguments are %d bytes: send at most %d bytes of code", ErrBadArguments, len(arguments), maxCode)
+	}
+	d := json.NewDecoder(bytes.NewReader(arguments))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&in); err != nil {
+		return Input{}, fmt.Errorf(`%w: the arguments are not {"code": "<python>", "timeout_ms": <optional integer>}: %s`,
+			ErrBadArguments, trimJSONError(err))
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return Input{}, fmt.Errorf("%w: the arguments must be one JSON object, with nothing after it", ErrBadArguments)
+	}
+	switch {
+	case strings.TrimSpace(in.Code) == "":
+		return Input{}, fmt.Errorf(`%w: "code" is missing or empty`, ErrBadArguments)
+	case len(in.Code) > maxCode:
+		return Input{}, fmt.Errorf("%w: the code is %d bytes, more than the %d this tool runs: split it over several calls (state lasts between them)",
+			ErrBadArguments, len(in.Code), maxCode)
+	}
+	return in, nil
+}
+
+// trimJSONError words a decoding error without Go's type names.
+func trimJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("%q must be %s, not a JSON %s", te.Field, map[string]string{"code": "a string", "timeout_ms": "a positive integer"}[te.Field], te.Value)
+	}
+	msg, _ := Clip(strings.TrimPrefix(err.Error(), "json: "), 200)
+	return msg
+}
+
+// Call runs one tool call of a conversation: arguments are the call's
+// JSON arguments as the model wrote them. The conversation's session is
+// created on its first call (then Options.Setup runs), and hibernated
+// after each. Call never returns nil; everything that went wrong is in the
+// Result (IsError, Error, Err). ctx bounds the whole call, waiting for
+// the conversation's previous call included.
+func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) *Result {
+	in, err := ParseInput(arguments, t.opts.MaxCode)
+	if err != nil {
+		return errResult(err, t.limits.MaxOutput)
+	}
+	cfg, raised, err := t.limits.Lower(in.TimeoutMS, 0)
+	if err != nil {
+		return errResult(err, t.limits.MaxOutput)
+	}
+	c, fresh, err := t.acquire(ctx, conversation)
+	if err != nil {
+		return errResult(err, t.limits.MaxOutput)
+	}
+	defer t.releaseTurn(c)
+	// Close stops the call by its context, then waits for the turn: the
+	// session and its files are only ever used by the turn's holder.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return errResult(ErrClosed, t.limits.MaxOutput)
+	}
+	c.cancel = func() { cancel(ErrClosed) }
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		c.cancel = nil
+		t.mu.Unlock()
+	}()
+
+	before := t.listFiles(c.s.Sandbox())
+	res, err := c.s.Run(ctx, in.Code, cfg)
+	if errors.Is(err, sandbox.ErrSessionClosed) {
+		// A run stopped while files were open could not be rolled back.
+		t.endLocked(conversation, c)
+	}
+	r := FromRun(res, err, t.limits.MaxOutput)
+	if fresh {
+		r.Notes = append(r.Notes, fmt.Sprintf("this conversation's previous session was closed after %v without calls: "+
+			"this call ran in a fresh interpreter, without the variables and files of earlier calls", t.opts.IdleTimeout))
+	}
+	if raised {
+		r.Notes = append(r.Notes, fmt.Sprintf("timeout_ms %d is above this tool's limit; the run had %v", in.TimeoutMS, t.limits.Timeout))
+	}
+	if c.ended {
+		r.Notes = append(r.Notes, "the session was closed: the next call starts a fresh interpreter, without this conversation's variables and files")
+	} else if res != nil {
+		r.Files, err = t.produced(c.s.Sandbox(), before)
+		if err != nil {
+			r.cut("files")
+		}
+	}
+	return r
+}
+
+func errResult(err error, maxOutput int) *Result {
+	return FromRun(nil, err, maxOutput)
+}
+
+// acquire returns the conversation's session, creating it if needed,
+// holding its turn; fresh reports a new session of a conversation whose
+// session was closed for being idle.
+func (t *Tool) acquire(ctx context.Context, id string) (_ *conv, fresh bool, _ error) {
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, false, ErrClosed
+		}
+		c := t.convs[id]
+		if c == nil {
+			if len(t.convs) >= t.opts.MaxSessions {
+				t.mu.Unlock()
+				return nil, false, fmt.Errorf("%w: %d conversations have a session, the most this tool keeps", ErrTooManySessions, t.opts.MaxSessions)
+			}
+			c = &conv{turn: make(chan struct{}, 1)}
+			c.turn <- struct{}{}
+			t.convs[id] = c
+			fresh = t.expired[id]
+			delete(t.expired, id)
+			t.mu.Unlock()
+			if err := t.open(ctx, id, c); err != nil {
+				t.endLocked(id, c)
+				<-c.turn
+				return nil, false, err
+			}
+			return c, fresh, nil
+		}
+		t.mu.Unlock()
+		select {
+		case c.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, false, fmt.Errorf("waiting for the conversation's previous call: %w", context.Cause(ctx))
+		}
+		t.mu.Lock()
+		closed := t.closed
+		t.mu.Unlock()
+		if closed {
+			<-c.turn
+			return nil, false, ErrClosed
+		}
+		if c.ended {
+			<-c.turn // closed meanwhile (idle, End): start again
+			continue
+		}
+		t.stopTimer(c)
+		return c, false, nil
+	}
+}
+
+// stopTimer stops a conversation's idle timer.
+func (t *Tool) stopTimer(c *conv) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// open creates a conversation's session, holding its turn.
+func (t *Tool) open(ctx context.Context, id string, c *conv) error {
+	s, err := t.py.NewSession(ctx, &sandbox.SessionConfig{MemoryLimit: t.opts.MemoryLimit, Network: t.opts.Network})
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	closed := t.closed
+	if !closed {
+		c.s = s
+	}
+	t.mu.Unlock()
+	if closed {
+		s.Close()
+		return ErrClosed
+	}
+	if t.opts.Setup != nil {
+		if err := t.opts.Setup(ctx, id, s); err != nil {
+			return fmt.Errorf("codetool: setting up the session: %w", err)
+		}
+	}
+	return nil
+}
+
+// releaseTurn ends a call: the session hibernates and its idle timer
+// starts.
+func (t *Tool) releaseTurn(c *conv) {
+	if !c.ended {
+		// With files held open it stays awake (ErrOpenFiles), which is fine.
+		_ = c.s.Hibernate()
+		if t.opts.IdleTimeout > 0 {
+			// After Close no timer starts: Close waits for this turn and
+			// closes the session.
+			t.mu.Lock()
+			switch {
+			case t.closed:
+			case c.timer == nil:
+				c.timer = time.AfterFunc(t.opts.IdleTimeout, func() { t.expire(c) })
+			default:
+				c.timer.Reset(t.opts.IdleTimeout)
+			}
+			t.mu.Unlock()
+		}
+	}
+	<-c.turn
+}
+
+// expire ends an idle conversation, unless a call holds it.
+func (t *Tool) expire(c *conv) {
+	select {
+	case c.turn <- struct{}{}:
+	default:
+		return // a call is running; it restarts the timer
+	}
+	defer func() { <-c.turn }()
+	t.mu.Lock()
+	id, found := "", false
+	for k, v := range t.convs {
+		if v == c {
+			id, found = k, true
+		}
+	}
+	t.mu.Unlock()
+	if found {
+		t.endLocked(id, c)
+		t.mu.Lock()
+		if len(t.expired) >= maxExpired {
+			clear(t.expired)
+		}
+		t.expired[id] = true
+		t.mu.Unlock()
+	}
+}
+
+// endLocked forgets and closes a conversation whose turn the caller holds.
+func (t *Tool) endLocked(id string, c *conv) {
+	t.mu.Lock()
+	if t.convs[id] == c {
+		delete(t.convs, id)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	t.mu.Unlock()
+	c.ended = true
+	if c.s != nil {
+		c.s.Close()
+	}
+}
+
+// End closes a conversation's session, waiting for its call in progress
+// until ctx is done. A later call of the conversation starts a fresh one.
+// Ending a conversation without a session does nothing.
+func (t *Tool) End(ctx context.Context, conversation string) error {
+	t.mu.Lock()
+	c := t.convs[conversation]
+	t.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	if !c.ended {
+		t.endLocked(conversation, c)
+	}
+	<-c.turn
+	return nil
+}
+
+// Sessions returns how many conversations have a live session.
+func (t *Tool) Sessions() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.convs)
+}
+
+// Close closes every session. It stops the runs in progress and waits
+// for their calls to return; later calls are ErrClosed results.
+func (t *Tool) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	all := t.convs
+	t.convs = map[string]*conv{}
+	for _, c := range all {
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		if c.cancel != nil {
+			c.cancel()
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range all {
+		c.turn <- struct{}{}
+		if !c.ended {
+			c.ended = true
+			if c.s != nil {
+				c.s.Close()
+			}
+		}
+		<-c.turn
+	}
+	return nil
+}
+
+// stamp is what tells a file changed.
+type stamp struct {
+	size  int64
+	mtime time.Time
+}
+
+// listFiles returns the regular files under the output directory, at
+// most maxWalk entries looked at.
+func (t *Tool) listFiles(sb *sandbox.Sandbox) map[string]stamp {
+	files := map[string]stamp{}
+	seen := 0
+	var walk func(dir string) bool
+	walk = func(dir string) bool {
+		entries, err := sb.ReadDir(dir)
+		if err != nil {
+			return true
+		}
+		for _, e := range entries {
+			if seen++; seen > maxWalk {
+				return false
+			}
+			p := path.Join(dir, e.Name())
+			if e.IsDir() {
+				if !walk(p) {
+					return false
+				}
+				continue
+			}
+			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+				files[p] = stamp{fi.Size(), fi.ModTime()}
+			}
+		}
+		return true
+	}
+	walk(t.opts.OutputDir)
+	return files
+}
+
+// errTooManyFiles reports a listing cut at maxFiles.
+var errTooManyFiles = errors.New("too many files")
+
+// produced returns the files new or changed since before, images with
+// their content.
+func (t *Tool) produced(sb *sandbox.Sandbox, before map[string]stamp) ([]File, error) {
+	after := t.listFiles(sb)
+	var names []string
+	for p, st := range after {
+		if old, ok := before[p]; !ok || old != st {
+			names = append(names, p)
+		}
+	}
+	slices.Sort(names)
+	var err error
+	if len(names) > maxFiles {
+		names, err = names[:maxFiles], errTooManyFiles
+	}
+	files := make([]File, 0, len(names))
+	images := 0
+	for _, p := range names {
+		name, _ := Clip(p, 1024)
+		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
+		if f.MediaType != "" && f.Size <= int64(t.opts.MaxImageBytes) && images < maxImages {
+			if data, rerr := sb.ReadFile(p); rerr == nil && len(data) <= t.opts.MaxImageBytes {
+				f.Data = data
+				images++
+			}
+		}
+		files = append(files, f)
+	}
+	return files, err
+}
+
+// imageType is the media type of an image file by its name, or "".
+func imageType(name string) string {
+	switch strings.ToLower(path.Ext(name)) {
+	case ".png":
+		return "image/png"
+	case ".jpg", ".jpeg":
+		return "image/jpeg"
+	case ".svg":
+		return "image/svg+xml"
+	}
+	return ""
+}
