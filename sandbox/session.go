@@ -36,7 +36,12 @@ import (
 )
 
 //go:embed driver.py
-var driverSource string
+var driverOnly string
+
+// driverSource is what a session's interpreter runs: the start-up code
+// every Python run gets (startup.py), then the driver. The base image's
+// cache name covers it (baseFileName).
+var driverSource = startupSource + driverOnly
 
 // ControlPath is where a session's driver writes the outcome of each run:
 // an in-memory directory of fumehood's own. Mounts may not use it.

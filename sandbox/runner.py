@@ -1,0 +1,35 @@
+# fumehood's one-shot runner, run after startup.py as `python -u -B -c
+# BOOTSTRAP STARTUP+RUNNER CODE NAME ARGS...` (see oneShotArgs in run.go):
+# it runs CODE in __main__ as the file
+# NAME (sys.argv[0] is NAME, or "-c" when NAME is "<string>"), registers
+# its lines with linecache when an exception is printed, so the traceback
+# shows them, and leaves out its own frame.
+def _fumehood_run():
+    import sys
+    me = sys._getframe().f_code
+    g = globals()
+    hint = g.pop("_fumehood_hint")
+    del g["_fumehood_run"]
+    code, name = sys.argv[2], sys.argv[3]
+    del sys.argv[1:4]
+    sys.argv[0] = "-c" if name == "<string>" else name
+    try:
+        exec(compile(code, name, "exec"), g)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        import linecache
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        tb = e.__traceback__
+        if tb is not None and tb.tb_frame.f_code is me:
+            tb = tb.tb_next
+        hint(e)
+        if sys.excepthook is sys.__excepthook__:
+            import traceback
+            traceback.print_exception(type(e), e, tb)
+        else:
+            sys.excepthook(type(e), e, tb)
+        raise SystemExit(1)
+
+
+_fumehood_run()
