@@ -23,6 +23,15 @@ def _fumehood_run():
         tb = e.__traceback__
         if tb is not None and tb.tb_frame.f_code is me:
             tb = tb.tb_next
+        # As CPython's own printer: the last 1000 frames (sys.tracebacklimit),
+        # which also keeps a RecursionError's traceback quick to print.
+        limit = getattr(sys, "tracebacklimit", 1000)
+        limit = limit if isinstance(limit, int) else 1000
+        depth, t = 0, tb
+        while t is not None:
+            depth, t = depth + 1, t.tb_next
+        for _ in range(depth - max(limit, 0)):
+            tb = tb.tb_next
         hint(e)
         if sys.excepthook is sys.__excepthook__:
             import traceback

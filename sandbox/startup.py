@@ -300,6 +300,8 @@ def getpwall():
             name = module.__name__
             exec(compile(sources[name], "<fumehood %s>" % name, "exec"), module.__dict__)
 
+    busy = set()
+
     class Finder:
         @classmethod
         def find_spec(cls, name, path=None, target=None):
@@ -307,15 +309,23 @@ def getpwall():
                 from importlib.machinery import ModuleSpec
                 return ModuleSpec(name, Source(name), origin="fumehood")
             fix = patches.get(name)
-            if fix is None:
+            if fix is None or name in busy:
                 return None
-            for finder in sys.meta_path:
-                if finder is cls or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    spec.loader = Patching(spec.loader, fix)
-                    return spec
+            # The finders after this one (another hook that does the same,
+            # such as the network's sitecustomize, may call this one back:
+            # busy answers it).
+            busy.add(name)
+            try:
+                after = sys.meta_path[sys.meta_path.index(cls) + 1:] if cls in sys.meta_path else []
+                for finder in after:
+                    if not hasattr(finder, "find_spec"):
+                        continue
+                    spec = finder.find_spec(name, path, target)
+                    if spec is not None:
+                        spec.loader = Patching(spec.loader, fix)
+                        return spec
+            finally:
+                busy.discard(name)
             return None
 
     sys.meta_path.insert(0, Finder)
