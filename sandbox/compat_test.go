@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -89,6 +90,21 @@ print(email.utils.make_msgid().endswith("@sandbox>"), dict(os.environ))
 `
 	for _, out := range compatRun(t, code) {
 		assert.Equal(t, "sandbox sandbox sandbox /work\nsandbox /work /work/a ~other\nTrue {}\n", out)
+	}
+}
+
+// TestCompatDiskUsage: shutil.disk_usage reports the mount's byte quota
+// and the size of its files.
+func TestCompatDiskUsage(t *testing.T) {
+	code := `
+import shutil
+open("/work/f", "wb").write(b"x" * 1000)
+u = shutil.disk_usage("/tmp")
+print(u.total, u.used, u.free == u.total - u.used)
+`
+	want := fmt.Sprintf("%d 1000 True\n", sandbox.DefaultRootQuota.MaxBytes)
+	for _, out := range compatRun(t, code) {
+		assert.Equal(t, want, out)
 	}
 }
 

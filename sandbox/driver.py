@@ -65,6 +65,8 @@ def _driver():
             # script's directory, before the standard library.
             at = 1 if sys.path[:1] == [''] else 0
             sys.path[at:at] = [p for p in env.get('PYTHONPATH', '').split(':') if p and p not in sys.path]
+        if 'mounts' in req:
+            _fumehood_mounts(req['mounts'])
         sys.path[0:0] = req.get('path', [])
         for d in req.get('site', []):
             sys.path.insert(0, d)

@@ -256,7 +256,7 @@ func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	return s.Exec(ctx, cfg)
 }
 
-func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {
+func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink, quotas string) (*Result, error) {
 	if !g.python {
 		return nil, ErrNotPython
 	}
@@ -270,7 +270,7 @@ func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Args = append(oneShotArgs(code, c.ScriptName), c.Args...)
+	c.Args = append(oneShotArgs(code, c.ScriptName, quotas), c.Args...)
 	return g.exec(ctx, "python", &c, fscfg, sink)
 }
 
@@ -289,15 +289,16 @@ var (
 const oneShotBootstrap = "exec(compile(__import__('sys').argv[1], '<fumehood>', 'exec'))"
 
 // oneShotArgs are the interpreter's arguments for running code one-shot
-// under name (default "<string>"), before the program's own arguments.
+// under name (default "<string>") in a sandbox whose mounts quotas
+// describes (Sandbox.mountQuotas), before the program's own arguments.
 //
 // -u: unbuffered, so output written before a stop is kept.
 // -B: never write .pyc files.
-func oneShotArgs(code, name string) []string {
+func oneShotArgs(code, name, quotas string) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
 }
 
 // c0 is cfg, or the zero Config for nil.

@@ -1,5 +1,5 @@
 # fumehood's one-shot runner, run after startup.py as `python -u -B -c
-# BOOTSTRAP STARTUP+RUNNER CODE NAME ARGS...` (see oneShotArgs in run.go):
+# BOOTSTRAP STARTUP+RUNNER CODE NAME MOUNTS ARGS...` (see oneShotArgs in run.go):
 # it runs CODE in __main__ as the file
 # NAME (sys.argv[0] is NAME, or "-c" when NAME is "<string>"), registers
 # its lines with linecache when an exception is printed, so the traceback
@@ -9,9 +9,10 @@ def _fumehood_run():
     me = sys._getframe().f_code
     g = globals()
     hint = g.pop("_fumehood_hint")
+    g.pop("_fumehood_mounts")(sys.argv[4])
     del g["_fumehood_run"]
     code, name = sys.argv[2], sys.argv[3]
-    del sys.argv[1:4]
+    del sys.argv[1:5]
     sys.argv[0] = "-c" if name == "<string>" else name
     try:
         exec(compile(code, name, "exec"), g)

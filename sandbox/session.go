@@ -610,6 +610,9 @@ type request struct {
 	// the environment.
 	Path []string `json:"path,omitempty"`
 	Site []string `json:"site,omitempty"`
+	// Mounts describes the session's mounts and their byte quotas to the
+	// start-up code (Sandbox.mountQuotas), sent with the environment.
+	Mounts string `json:"mounts,omitempty"`
 }
 
 // Run runs Python code in the session and waits for it to finish. When the
@@ -697,6 +700,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		if req.Env == nil {
 			req.Env = map[string]string{}
 		}
+		req.Mounts = s.sb.mountQuotas()
 		if host := s.sb.host; host != nil {
 			req.Path = []string{path.Join(HostMountPath, hostcall.PythonPath)}
 			if host.HasNetwork() {

@@ -14,6 +14,8 @@
 #   urllib.request, http.client  without a network policy: PermissionError
 #   pwd, getpass, posixpath    a "sandbox" user whose home is /work, with
 #                              os.environ left as the caller set it
+#   shutil                     disk_usage from the mount's byte quota (WASI has
+#                              no statvfs), told by _fumehood_mounts(text)
 #
 # _fumehood_hint(e) adds a note to an exception before its traceback is
 # printed: for a module not found outside the standard library, one line
@@ -150,7 +152,51 @@ def _fumehood_startup():
         m.SandboxEventLoop = EventLoop
         m.set_event_loop_policy(Policy())
 
+    mounts = {}  # mount path -> byte quota (0: none), from set_mounts
+
+    def set_mounts(text):
+        mounts.clear()
+        for item in text.split("\x1e"):
+            path, _, quota = item.partition("\x1f")
+            if path:
+                mounts[path] = int(quota or 0)
+
+    def patch_shutil(m):
+        import collections
+        usage = collections.namedtuple("usage", "total used free")
+
+        def disk_usage(path):
+            """Return disk usage statistics about the given path.
+
+            In the sandbox: total is the byte quota of the mount holding
+            path, used the size of the files in it, free what is left."""
+            import os, stat
+            os.stat(path)  # FileNotFoundError as usual
+            p = os.path.abspath(os.fsdecode(path))
+            mount = max((d for d in mounts if p == d or p.startswith(d.rstrip("/") + "/")), key=len, default=None)
+            if mount is None or not mounts[mount]:
+                import errno
+                raise OSError(errno.ENOTSUP, "shutil.disk_usage: the mount holding this path has no byte quota", path)
+            others = [d for d in mounts if d != mount and (d.startswith(mount.rstrip("/") + "/"))]
+            used = 0
+            for top, dirs, files in os.walk(mount):
+                dirs[:] = [d for d in dirs if os.path.join(top, d) not in others]
+                for f in files:
+                    try:
+                        st = os.lstat(os.path.join(top, f))
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        used += st.st_size
+            total = mounts[mount]
+            return usage(total, used, max(total - used, 0))
+
+        m.disk_usage = disk_usage
+        if "disk_usage" not in m.__all__:
+            m.__all__.append("disk_usage")
+
     patches = {
+        "shutil": patch_shutil,
         "socket": patch_socket,
         "urllib.request": patch_urllib_request,
         "http.client": patch_http_client,
@@ -351,9 +397,10 @@ def getpwall():
 
     expand.__doc__ = expanduser.__doc__
     posixpath.expanduser = expand
+    return set_mounts
 
 
-_fumehood_startup()
+_fumehood_mounts = _fumehood_startup()
 del _fumehood_startup
 
 
