@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -278,15 +279,38 @@ func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.
 // Python run (see startup.py); runnerSource runs a one-shot run's code.
 var (
 	//go:embed startup.py
-	startupSource string
+	startupCore string
+	//go:embed startup_patches.py
+	startupPatches string
+	//go:embed startup_thread.py
+	startupThread string
+	//go:embed startup_pwd.py
+	startupPwd string
 	//go:embed runner.py
 	runnerSource string
+
+	startupSource = startupLazy() + startupCore
 )
 
+// startupLazy is the Python statement that gives startup.py the sources it
+// compiles only when they are needed: a JSON string is a Python string
+// literal.
+func startupLazy() string {
+	b, err := json.Marshal(map[string]string{
+		"patches":                   startupPatches,
+		"concurrent.futures.thread": startupThread,
+		"pwd":                       startupPwd,
+	})
+	if err != nil {
+		panic(err) // strings always marshal
+	}
+	return "_fumehood_lazy = " + string(b) + "\n"
+}
+
 // oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
-// the start-up code and the runner, under a file name of their own so that
-// their frames are not mistaken for the user's code.
-const oneShotBootstrap = "exec(compile(__import__('sys').argv[1], '<fumehood>', 'exec'))"
+// the start-up code and the runner, which name their functions' code
+// "<fumehood>" so that their frames are not mistaken for the user's code.
+const oneShotBootstrap = "exec(__import__('sys').argv[1])"
 
 // oneShotArgs are the interpreter's arguments for running code one-shot
 // under name (default "<string>") in a sandbox whose mounts quotas

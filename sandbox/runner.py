@@ -9,13 +9,17 @@ def _fumehood_run():
     me = sys._getframe().f_code
     g = globals()
     hint = g.pop("_fumehood_hint")
+    del g["_fumehood_tag"]
     g.pop("_fumehood_mounts")(sys.argv[4])
     del g["_fumehood_run"]
     code, name = sys.argv[2], sys.argv[3]
     del sys.argv[1:5]
     sys.argv[0] = "-c" if name == "<string>" else name
     try:
-        exec(compile(code, name, "exec"), g)
+        # exec of a string names it "<string>"; another name needs the
+        # compile builtin, which costs the first use about 50 million
+        # instructions (a few tens of milliseconds).
+        exec(code if name == "<string>" else compile(code, name, "exec"), g)
     except SystemExit:
         raise
     except BaseException as e:
@@ -42,4 +46,5 @@ def _fumehood_run():
         raise SystemExit(1)
 
 
+_fumehood_tag(_fumehood_run)
 _fumehood_run()
