@@ -611,7 +611,8 @@ type request struct {
 	Path []string `json:"path,omitempty"`
 	Site []string `json:"site,omitempty"`
 	// Mounts describes the session's mounts and their byte quotas to the
-	// start-up code (Sandbox.mountQuotas), sent with the environment.
+	// start-up code (Sandbox.mountQuotas), sent with the environment and
+	// the seed.
 	Mounts string `json:"mounts,omitempty"`
 }
 
@@ -700,13 +701,17 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		if req.Env == nil {
 			req.Env = map[string]string{}
 		}
-		req.Mounts = s.sb.mountQuotas()
 		if host := s.sb.host; host != nil {
 			req.Path = []string{path.Join(HostMountPath, hostcall.PythonPath)}
 			if host.HasNetwork() {
 				req.Site = []string{path.Join(HostMountPath, hostcall.PythonSitePath)}
 			}
 		}
+	}
+	if s.sendEnv || s.reseed {
+		// A new session, a fork or a resume (whose mounts' quotas may
+		// differ from the saved session's).
+		req.Mounts = s.sb.mountQuotas()
 	}
 	if s.reseed {
 		var seed [32]byte
