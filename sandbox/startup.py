@@ -40,47 +40,29 @@ def _fumehood_startup():
                 mounts[path] = int(quota or 0)
 
     lazy = globals().pop("_fumehood_lazy")
+    tag = globals()["_fumehood_tag"]
     fixes = {}  # the namespace of startup_patches.py, once compiled
+
+    def run(source, namespace):
+        # exec of a string, not the compile builtin (see _fumehood_tag).
+        exec(source, namespace)
+        tag(*[v for v in list(namespace.values()) if getattr(v, "__module__", None) == namespace["__name__"]])
+
+    def load():
+        if not fixes:
+            fixes.update(__name__="fumehood_patches", sys=sys, USER=USER, HOME=HOME, HOST=HOST,
+                         mounts=mounts, sources=sources, run=run)
+            run(lazy["patches"], fixes)
+        return fixes
 
     def fix(name):
         def apply(module):
-            if not fixes:
-                fixes.update(sys=sys, USER=USER, HOME=HOME, HOST=HOST, mounts=mounts)
-                exec(compile(lazy["patches"], "<fumehood patches>", "exec"), fixes)
-            fixes["patch_" + name.replace(".", "_")](module)
+            load()["patch_" + name.replace(".", "_")](module)
         return apply
 
     patches = {name: fix(name) for name in
                ("shutil", "socket", "urllib.request", "http.client", "threading", "getpass", "asyncio")}
     sources = {name: lazy[name] for name in ("concurrent.futures.thread", "pwd")}
-
-    class Patching:
-        def __init__(self, loader, fix):
-            self._loader, self._fix = loader, fix
-
-        def __getattr__(self, name):
-            return getattr(self._loader, name)
-
-        def create_module(self, spec):
-            return self._loader.create_module(spec)
-
-        def exec_module(self, module):
-            self._loader.exec_module(module)
-            self._fix(module)
-
-    class Source:
-        def __init__(self, name):
-            self.name = name
-
-        def create_module(self, spec):
-            return None
-
-        def get_source(self, name):
-            return sources[name]
-
-        def exec_module(self, module):
-            name = module.__name__
-            exec(compile(sources[name], "<fumehood %s>" % name, "exec"), module.__dict__)
 
     busy = set()
 
@@ -89,7 +71,7 @@ def _fumehood_startup():
         def find_spec(cls, name, path=None, target=None):
             if name in sources:
                 from importlib.machinery import ModuleSpec
-                return ModuleSpec(name, Source(name), origin="fumehood")
+                return ModuleSpec(name, load()["Source"](), origin="fumehood")
             fix = patches.get(name)
             if fix is None or name in busy:
                 return None
@@ -104,7 +86,7 @@ def _fumehood_startup():
                         continue
                     spec = finder.find_spec(name, path, target)
                     if spec is not None:
-                        spec.loader = Patching(spec.loader, fix)
+                        spec.loader = load()["Patching"](spec.loader, fix)
                         return spec
             finally:
                 busy.discard(name)
@@ -118,18 +100,7 @@ def _fumehood_startup():
     expanduser = posixpath.expanduser
 
     def expand(path):
-        import os
-        p = os.fspath(path)
-        tilde, sep = ("~", "/") if isinstance(p, str) else (b"~", b"/")
-        if not p.startswith(tilde) or "HOME" in os.environ:
-            return expanduser(path)
-        i = p.find(sep, 1)
-        if i < 0:
-            i = len(p)
-        if p[1:i] not in (p[:0], USER if isinstance(p, str) else USER.encode()):
-            return expanduser(path)
-        home = HOME if isinstance(p, str) else HOME.encode()
-        return home + p[i:]
+        return load()["expand"](expanduser, path)
 
     expand.__doc__ = expanduser.__doc__
     posixpath.expanduser = expand
@@ -145,19 +116,23 @@ def _fumehood_hint(e):
                        "on sys.path or PYTHONPATH.")
 
 
-def _fumehood_tag(*functions):
-    # This file is run with exec(str), named "<string>" like the user's code
-    # (the compile builtin would cost the first run some 50 million
-    # instructions, setting up the ast module's types): renaming the code
-    # of its functions to "<fumehood>" keeps their frames apart in
-    # tracebacks and linecache.
+def _fumehood_tag(*objects):
+    # fumehood's code is run with exec of a string, named "<string>" like
+    # the user's code (the compile builtin would cost the first run some 50
+    # million instructions, setting up the ast module's types): renaming
+    # the code of its functions, and of its classes' methods, "<fumehood>"
+    # keeps their frames apart in tracebacks and linecache.
     def tag(c):
         return c.replace(co_filename="<fumehood>",
                          co_consts=tuple(tag(k) if type(k) is type(c) else k for k in c.co_consts))
-    for f in functions:
-        f.__code__ = tag(f.__code__)
+    function = type(tag)
+    for o in objects:
+        for f in vars(o).values() if isinstance(o, type) else (o,):
+            f = getattr(f, "__func__", f)
+            if type(f) is function:
+                f.__code__ = tag(f.__code__)
 
 
-_fumehood_tag(_fumehood_startup, _fumehood_hint)
+_fumehood_tag(_fumehood_startup, _fumehood_hint, _fumehood_tag)
 _fumehood_mounts = _fumehood_startup()
 del _fumehood_startup

@@ -1,8 +1,9 @@
 # fumehood's fixes of standard modules, compiled by startup.py the first time
 # one of them is imported (so runs that import none of them do not pay for
 # compiling this). startup.py runs it in a namespace holding sys, USER,
-# HOME, HOST and mounts; each patch_NAME(module) fixes the module NAME (dots
-# as underscores) after it executed.
+# HOME, HOST, mounts, sources and run; each patch_NAME(module) fixes the
+# module NAME (dots as underscores) after it executed, with Patching as its
+# loader; Source loads the modules of sources; expand is os.path.expanduser.
 
 def network():
     # The network policy's sitecustomize leaves its import hook here.
@@ -164,3 +165,46 @@ def patch_shutil(m):
     m.disk_usage = disk_usage
     if "disk_usage" not in m.__all__:
         m.__all__.append("disk_usage")
+
+
+class Patching:
+    def __init__(self, loader, fix):
+        self._loader, self._fix = loader, fix
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._fix(module)
+
+
+class Source:
+    def create_module(self, spec):
+        return None
+
+    def get_source(self, name):
+        return sources[name]
+
+    def exec_module(self, module):
+        run(sources[module.__name__], module.__dict__)
+
+
+def expand(expanduser, path):
+    # ~ and ~sandbox are /work when HOME is not set (os.environ stays as the
+    # caller set it).
+    import os
+    p = os.fspath(path)
+    tilde, sep = ("~", "/") if isinstance(p, str) else (b"~", b"/")
+    if not p.startswith(tilde) or "HOME" in os.environ:
+        return expanduser(path)
+    i = p.find(sep, 1)
+    if i < 0:
+        i = len(p)
+    if p[1:i] not in (p[:0], USER if isinstance(p, str) else USER.encode()):
+        return expanduser(path)
+    home = HOME if isinstance(p, str) else HOME.encode()
+    return home + p[i:]
