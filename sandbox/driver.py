@@ -61,6 +61,12 @@ def _driver():
             penv = sys.modules['posix'].environ
             penv.clear()
             penv.update((os.fsencode(k), os.fsencode(v)) for k, v in env.items())
+            # PYTHONPATH as the interpreter reads it at start-up: after the
+            # script's directory, before the standard library.
+            at = 1 if sys.path[:1] == [''] else 0
+            sys.path[at:at] = [p for p in env.get('PYTHONPATH', '').split(':') if p and p not in sys.path]
+        if 'mounts' in req:
+            _fumehood_mounts(req['mounts'])
         sys.path[0:0] = req.get('path', [])
         for d in req.get('site', []):
             sys.path.insert(0, d)
@@ -107,6 +113,10 @@ def _driver():
                 code = 1
             out['exit'] = int(code)
         except BaseException as e:
+            try:
+                _fumehood_hint(e)
+            except BaseException:
+                pass
             text = ''.join(traceback.format_exception(type(e), e, trimmed(e)))
             try:
                 sys.stderr.write(text)

@@ -213,6 +213,21 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	return s, nil
 }
 
+// mountQuotas describes the sandbox's mounts to the guest's start-up code,
+// for shutil.disk_usage: "PATH\x1fMAXBYTES" for each mount (0: no byte
+// quota), joined by "\x1e". Mount paths hold no NUL, and the guest trusts
+// nothing more than its own mounts' quotas to it.
+func (s *Sandbox) mountQuotas() string {
+	var b strings.Builder
+	for i, m := range s.order {
+		if i > 0 {
+			b.WriteByte(0x1e)
+		}
+		fmt.Fprintf(&b, "%s\x1f%d", m.path, m.fs.Quota().MaxBytes)
+	}
+	return b.String()
+}
+
 // makeRoot gives a new in-memory root its directories.
 func makeRoot(root afero.Fs) error {
 	for _, dir := range []string{"/tmp", "/work"} {
@@ -242,7 +257,7 @@ func (s *Sandbox) Run(ctx context.Context, code string, cfg *Config) (*Result, e
 		return nil, ErrClosed
 	}
 	ctx, cfg = s.withHost(ctx, cfg, s.g.python)
-	return s.g.run(ctx, code, cfg, s.fscfg, &s.errno)
+	return s.g.run(ctx, code, cfg, s.fscfg, &s.errno, s.mountQuotas())
 }
 
 // Exec runs the guest's _start in the sandbox, as Guest.Exec does.

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +39,11 @@ type Config struct {
 	// Args are the program's arguments after its name. For the Python
 	// guest they become sys.argv[1:].
 	Args []string
+	// ScriptName names the code of a one-shot Python run (Guest.Run,
+	// Sandbox.Run) in tracebacks and as sys.argv[0], such as the file it
+	// was read from; empty means "<string>", with sys.argv[0] "-c", as for
+	// python -c. Sessions name each run's code themselves and ignore it.
+	ScriptName string
 	// Env is the guest's whole environment. Keys must not be empty or
 	// contain '=' or NUL.
 	Env map[string]string
@@ -250,21 +257,80 @@ func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	return s.Exec(ctx, cfg)
 }
 
-func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {
+func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink, quotas string) (*Result, error) {
 	if !g.python {
 		return nil, ErrNotPython
 	}
 	if strings.IndexByte(code, 0) >= 0 {
 		return nil, errors.New("sandbox: source code contains a NUL byte")
 	}
+	if strings.IndexByte(c0(cfg).ScriptName, 0) >= 0 {
+		return nil, errors.New("sandbox: ScriptName contains a NUL byte")
+	}
 	var c Config
 	if cfg != nil {
 		c = *cfg
 	}
-	// -u: unbuffered, so output written before a stop is kept.
-	// -B: never write .pyc files.
-	c.Args = append([]string{"-u", "-B", "-c", code}, c.Args...)
+	c.Args = append(oneShotArgs(code, c.ScriptName, quotas), c.Args...)
 	return g.exec(ctx, "python", &c, fscfg, sink)
+}
+
+// startupSource is fumehood's start-up code, run before the code of every
+// Python run (see startup.py); runnerSource runs a one-shot run's code.
+var (
+	//go:embed startup.py
+	startupCore string
+	//go:embed startup_patches.py
+	startupPatches string
+	//go:embed startup_thread.py
+	startupThread string
+	//go:embed startup_pwd.py
+	startupPwd string
+	//go:embed runner.py
+	runnerSource string
+
+	startupSource = startupLazy() + startupCore
+)
+
+// startupLazy is the Python statement that gives startup.py the sources it
+// compiles only when they are needed: a JSON string is a Python string
+// literal.
+func startupLazy() string {
+	b, err := json.Marshal(map[string]string{
+		"patches":                   startupPatches,
+		"concurrent.futures.thread": startupThread,
+		"pwd":                       startupPwd,
+	})
+	if err != nil {
+		panic(err) // strings always marshal
+	}
+	return "_fumehood_lazy = " + string(b) + "\n"
+}
+
+// oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
+// the start-up code and the runner, which name their functions' code
+// "<fumehood>" so that their frames are not mistaken for the user's code.
+const oneShotBootstrap = "exec(__import__('sys').argv[1])"
+
+// oneShotArgs are the interpreter's arguments for running code one-shot
+// under name (default "<string>") in a sandbox whose mounts quotas
+// describes (Sandbox.mountQuotas), before the program's own arguments.
+//
+// -u: unbuffered, so output written before a stop is kept.
+// -B: never write .pyc files.
+func oneShotArgs(code, name, quotas string) []string {
+	if name == "" {
+		name = "<string>"
+	}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
+}
+
+// c0 is cfg, or the zero Config for nil.
+func c0(cfg *Config) *Config {
+	if cfg == nil {
+		return &Config{}
+	}
+	return cfg
 }
 
 func (g *Guest) execConfig(ctx context.Context, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {

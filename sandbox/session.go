@@ -36,7 +36,12 @@ import (
 )
 
 //go:embed driver.py
-var driverSource string
+var driverOnly string
+
+// driverSource is what a session's interpreter runs: the start-up code
+// every Python run gets (startup.py), then the driver. The base image's
+// cache name covers it (baseFileName).
+var driverSource = startupSource + driverOnly
 
 // ControlPath is where a session's driver writes the outcome of each run:
 // an in-memory directory of fumehood's own. Mounts may not use it.
@@ -605,6 +610,10 @@ type request struct {
 	// the environment.
 	Path []string `json:"path,omitempty"`
 	Site []string `json:"site,omitempty"`
+	// Mounts describes the session's mounts and their byte quotas to the
+	// start-up code (Sandbox.mountQuotas), sent with the environment and
+	// the seed.
+	Mounts string `json:"mounts,omitempty"`
 }
 
 // Run runs Python code in the session and waits for it to finish. When the
@@ -698,6 +707,11 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 				req.Site = []string{path.Join(HostMountPath, hostcall.PythonSitePath)}
 			}
 		}
+	}
+	if s.sendEnv || s.reseed {
+		// A new session, a fork or a resume (whose mounts' quotas may
+		// differ from the saved session's).
+		req.Mounts = s.sb.mountQuotas()
 	}
 	if s.reseed {
 		var seed [32]byte

@@ -46,6 +46,17 @@ func TestRunFileGetsStdin(t *testing.T) {
 	assert.Equal(t, "SHOUT ['arg']\n", out)
 }
 
+// TestRunFileNamesScript: `fumehood run FILE.py` sets sys.argv[0] to the
+// script's name and its tracebacks show the file's lines (issue 18).
+func TestRunFileNamesScript(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "job.py")
+	require.NoError(t, os.WriteFile(script, []byte("import sys\nprint(sys.argv)\nraise ValueError('bad')\n"), 0o644))
+	code, out, errs := fumehood(t, "", "run", script, "arg")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "['"+script+"', 'arg']\n", out)
+	assert.Contains(t, errs, "File \""+script+"\", line 3, in <module>\n    raise ValueError('bad')\n")
+}
+
 func TestRunCodeFromStdin(t *testing.T) {
 	code, out, errs := fumehood(t, "print(6*7)\n", "run", "-")
 	assert.Equal(t, 0, code, errs)

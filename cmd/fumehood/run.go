@@ -277,6 +277,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		src = string(b)
 		progArgs = rest[1:]
 		cfg.Stdin = stdin
+		cfg.ScriptName = rest[0] // sys.argv[0] and the tracebacks' file name
 	}
 
 	sessions := *c.resume != "" || *c.snapshot != ""

@@ -1,0 +1,210 @@
+# fumehood's fixes of standard modules, compiled by startup.py the first time
+# one of them is imported (so runs that import none of them do not pay for
+# compiling this). startup.py runs it in a namespace holding sys, USER,
+# HOME, HOST, mounts, sources and run; each patch_NAME(module) fixes the
+# module NAME (dots as underscores) after it executed, with Patching as its
+# loader; Source loads the modules of sources; expand is os.path.expanduser.
+
+def network():
+    # The network policy's sitecustomize leaves its import hook here.
+    return any(getattr(f, "__module__", None) == "sitecustomize" for f in sys.meta_path)
+
+def refuse(what):
+    if network():
+        return PermissionError(
+            "%s: the sandbox has no sockets; HTTP and HTTPS requests go through "
+            "urllib.request or http.client, to the hosts the network policy allows" % what)
+    return PermissionError(
+        "%s: network access is off: the sandbox has no network policy (the host "
+        "grants one with SandboxConfig.Network, the command line with --allow-host)" % what)
+
+def patch_socket(m):
+    m.gethostname = lambda: HOST
+
+    def getfqdn(name=""):
+        name = name.strip()
+        return HOST if not name or name in ("0.0.0.0", "::", HOST) else name
+
+    m.getfqdn = getfqdn
+
+    def getaddrinfo(host, *args, **kwargs):
+        raise refuse("getaddrinfo(%r)" % (host,))
+
+    def create_connection(address, *args, **kwargs):
+        raise refuse("connecting to %r" % (address,))
+
+    def connect(self, address):
+        raise refuse("connecting to %r" % (address,))
+
+    m.getaddrinfo, m.create_connection = getaddrinfo, create_connection
+    m.gethostbyname = m.gethostbyname_ex = m.gethostbyaddr = getaddrinfo
+    m.socket.connect = m.socket.connect_ex = connect
+
+def patch_urllib_request(m):
+    urlopen = m.urlopen
+
+    def guarded(url, *args, **kwargs):
+        if not network():
+            target = getattr(url, "full_url", url)
+            raise refuse("urlopen(%r)" % (target,))
+        return urlopen(url, *args, **kwargs)
+
+    guarded.__doc__, guarded.__wrapped__ = urlopen.__doc__, urlopen
+    m.urlopen = guarded
+
+def patch_http_client(m):
+    cls = m.HTTPConnection
+    connect = cls.connect
+
+    def guarded(self):
+        if not network():
+            raise refuse("connecting to %s:%s" % (self.host, self.port))
+        return connect(self)
+
+    cls.connect = guarded
+
+def patch_threading(m):
+    def start(self):
+        raise RuntimeError(
+            "threading.Thread.start: the sandbox runs one thread and cannot start "
+            "another; use concurrent.futures.ThreadPoolExecutor (its tasks run in the "
+            "calling thread, at submit) or asyncio (asyncio.to_thread runs inline too)")
+
+    m.Thread.start = start
+
+def patch_getpass(m):
+    getuser = m.getuser
+
+    def get():
+        try:
+            return getuser()
+        except (OSError, ImportError, KeyError, AttributeError):
+            return USER
+
+    get.__doc__ = getuser.__doc__
+    m.getuser = get
+
+def patch_asyncio(m):
+    import time
+    import selectors
+
+    class Selector(selectors.PollSelector):
+        # With nothing registered, wait by sleeping: no file to poll.
+        def select(self, timeout=None):
+            if self.get_map():
+                return super().select(timeout)
+            if timeout is None:
+                raise RuntimeError(
+                    "asyncio: the event loop would wait forever: nothing is scheduled "
+                    "and the sandbox has one thread, so nothing can wake it")
+            if timeout > 0:
+                time.sleep(timeout)
+            return []
+
+    class EventLoop(m.SelectorEventLoop):
+        """An event loop for a sandbox: one thread, no sockets, so no
+        self-pipe; the default executor runs functions inline."""
+
+        def __init__(self):
+            super().__init__(Selector())
+
+        def _make_self_pipe(self):
+            self._ssock = self._csock = None
+
+        def _close_self_pipe(self):
+            pass
+
+        def _write_to_self(self):
+            pass
+
+        def _process_self_data(self, data):
+            pass
+
+        async def shutdown_default_executor(self, timeout=None):
+            self._executor_shutdown_called = True
+            ex, self._default_executor = self._default_executor, None
+            if ex is not None:
+                ex.shutdown(wait=True)
+
+    class Policy(m.DefaultEventLoopPolicy):
+        _loop_factory = EventLoop
+
+    m.SandboxEventLoop = EventLoop
+    m.set_event_loop_policy(Policy())
+
+def patch_shutil(m):
+    import collections
+    usage = collections.namedtuple("usage", "total used free")
+
+    def disk_usage(path):
+        """Return disk usage statistics about the given path.
+
+        In the sandbox: total is the byte quota of the mount holding
+        path, used the size of the files in it, free what is left."""
+        import os, stat
+        os.stat(path)  # FileNotFoundError as usual
+        p = os.path.abspath(os.fsdecode(path))
+        mount = max((d for d in mounts if p == d or p.startswith(d.rstrip("/") + "/")), key=len, default=None)
+        if mount is None or not mounts[mount]:
+            import errno
+            raise OSError(errno.ENOTSUP, "shutil.disk_usage: the mount holding this path has no byte quota", path)
+        others = [d for d in mounts if d != mount and (d.startswith(mount.rstrip("/") + "/"))]
+        used = 0
+        for top, dirs, files in os.walk(mount):
+            dirs[:] = [d for d in dirs if os.path.join(top, d) not in others]
+            for f in files:
+                try:
+                    st = os.lstat(os.path.join(top, f))
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    used += st.st_size
+        total = mounts[mount]
+        return usage(total, used, max(total - used, 0))
+
+    m.disk_usage = disk_usage
+    if "disk_usage" not in m.__all__:
+        m.__all__.append("disk_usage")
+
+
+class Patching:
+    def __init__(self, loader, fix):
+        self._loader, self._fix = loader, fix
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._fix(module)
+
+
+class Source:
+    def create_module(self, spec):
+        return None
+
+    def get_source(self, name):
+        return sources[name]
+
+    def exec_module(self, module):
+        run(sources[module.__name__], module.__dict__)
+
+
+def expand(expanduser, path):
+    # ~ and ~sandbox are /work when HOME is not set (os.environ stays as the
+    # caller set it).
+    import os
+    p = os.fspath(path)
+    tilde, sep = ("~", "/") if isinstance(p, str) else (b"~", b"/")
+    if not p.startswith(tilde) or "HOME" in os.environ:
+        return expanduser(path)
+    i = p.find(sep, 1)
+    if i < 0:
+        i = len(p)
+    if p[1:i] not in (p[:0], USER if isinstance(p, str) else USER.encode()):
+        return expanduser(path)
+    home = HOME if isinstance(p, str) else HOME.encode()
+    return home + p[i:]
