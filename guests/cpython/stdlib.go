@@ -47,7 +47,7 @@ func (b *builder) stdlib(ctx context.Context) error {
 	}
 	// The cross build's sysconfig data names the work directory: map it
 	// to /build, as the compiler's prefix maps do.
-	built, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-3.13", "*"))
+	built, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-3.13", "*.py"))
 	if err != nil {
 		return err
 	}
@@ -84,6 +84,24 @@ func (b *builder) stdlib(ctx context.Context) error {
 		return err
 	}
 	if _, err := tw.Write(zipped); err != nil {
+		return err
+	}
+	// The landmarks CPython's getpath looks for under its prefix (else it
+	// warns on every start): os.pyc in lib/python3.13, the same bytes as in
+	// the zip, and the lib-dynload directory.
+	osPyc, err := os.ReadFile(filepath.Join(lib, "__pycache__", "os.cpython-313.pyc"))
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{"lib/python3.13/", "lib/python3.13/lib-dynload/"} {
+		if err := tw.WriteHeader(dirHeader(d)); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(fileHeader("lib/python3.13/os.pyc", int64(len(osPyc)))); err != nil {
+		return err
+	}
+	if _, err := tw.Write(osPyc); err != nil {
 		return err
 	}
 	if err := tarTree(tw, b.path("tz", "usr", "share", "zoneinfo"), "share/zoneinfo"); err != nil {
