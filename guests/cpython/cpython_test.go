@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -122,10 +124,16 @@ func TestBuildReproducible(t *testing.T) {
 	}
 	info := built(t)
 	dir := t.TempDir()
-	// Reuse the verified inputs, not the build.
-	src, err := os.UserCacheDir()
+	// Reuse the downloaded inputs (Build checks them again), not the build.
+	cache, err := python.CacheDir("")
 	require.NoError(t, err)
-	_ = src
+	for _, in := range cpython.Inputs {
+		b, err := os.ReadFile(filepath.Join(cache, "cpython", "sources", in.File))
+		if err == nil {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "cpython", "sources"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "cpython", "sources", in.File), b, 0o644))
+		}
+	}
 	again, err := cpython.Build(context.Background(), &cpython.Options{CacheDir: dir})
 	require.NoError(t, err)
 	assert.Equal(t, info.WasmSHA256, again.WasmSHA256, "python.wasm")
