@@ -104,3 +104,25 @@ func TestKeyCoversInputs(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestMissingToolsNamePackages: with nothing on PATH, the error names the
+// Debian packages to install.
+func TestMissingToolsNamePackages(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := CheckTools()
+	require.ErrorIs(t, err, ErrMissingTools)
+	for _, pkg := range []string{"clang-19", "lld-19", "llvm-19", "tcl", "apt-get install"} {
+		assert.Contains(t, err.Error(), pkg)
+	}
+}
+
+// TestBuildWithoutToolsStoresNothing: a build that cannot start leaves the
+// cache without a manifest, so Load still says the guest is not built.
+func TestBuildWithoutToolsStoresNothing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	opts := &Options{CacheDir: t.TempDir()}
+	_, err := Build(context.Background(), opts)
+	require.ErrorIs(t, err, ErrMissingTools)
+	_, _, err = Load(context.Background(), opts)
+	assert.ErrorIs(t, err, ErrNotBuilt)
+}
