@@ -203,6 +203,9 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string,
 	if err != nil {
 		return nil, err
 	}
+	// The package lists (about 50 MB) serve only this fetch: the next one
+	// updates them anyway.
+	defer os.RemoveAll(d.apt)
 	opts.progress(python.Progress{Stage: "fetch", Step: "apt-get update"})
 	if err := f.Update(ctx); err != nil {
 		return nil, err
