@@ -200,9 +200,20 @@ func copyFile(src, dst string) error {
 	return os.WriteFile(dst, data, 0o644)
 }
 
-// crossFlags are the cross build's environment and configure arguments,
-// with w standing for the work directory. They are part of the cache key.
+// crossFlags are the cross build's environment, configure arguments and
+// the flags set elsewhere, with w standing for the work directory, as
+// recorded in Info.Flags. They are part of the cache key.
 func crossFlags(w string) []string {
+	flags := append(crossEnv(w), crossArgs(w)...)
+	return append(flags,
+		"stack-size=8388608 (configure's default for WASI)",
+		"sqlite: "+strings.Join(sqliteDefines, " "),
+		"libraries: "+OptFlags,
+	)
+}
+
+// crossEnv is the environment of CPython's cross configure.
+func crossEnv(w string) []string {
 	inc, lib := w+"/deps/include", w+"/deps/lib"
 	return []string{
 		"CONFIG_SITE=" + w + "/" + pySrc + "/Tools/wasm/config.site-wasm32-wasi",
@@ -215,33 +226,29 @@ func crossFlags(w string) []string {
 		"BZIP2_CFLAGS=-I" + inc, "BZIP2_LIBS=-L" + lib + " -lbz2",
 		"LIBLZMA_CFLAGS=-I" + inc, "LIBLZMA_LIBS=-L" + lib + " -llzma",
 		"LIBSQLITE3_CFLAGS=-I" + inc, "LIBSQLITE3_LIBS=-L" + lib + " -lsqlite3",
+	}
+}
+
+// crossArgs are the arguments of CPython's cross configure (and --build,
+// which config.guess gives).
+func crossArgs(w string) []string {
+	return []string{
 		"--host=wasm32-unknown-wasi",
 		"--with-build-python=" + w + "/native/python",
 		"--prefix=/usr",
 		"--disable-test-modules",
 		"--without-ensurepip",
-		"stack-size=8388608 (configure's default for WASI)",
-		"sqlite: " + strings.Join(sqliteDefines, " "),
-		"libraries: " + OptFlags,
 	}
 }
 
 func (b *builder) crossConfigure(ctx context.Context) error {
-	var env, args []string
-	for _, f := range crossFlags(b.w) {
-		switch {
-		case strings.HasPrefix(f, "--"):
-			args = append(args, f)
-		case strings.Contains(f, "=") && !strings.Contains(f, " (") && !strings.Contains(f, ": "):
-			env = append(env, f)
-		}
-	}
 	guess, err := b.output(ctx, b.path(pySrc), "sh", "config.guess")
 	if err != nil {
 		return err
 	}
+	args := append([]string{"-q"}, crossArgs(b.w)...)
 	args = append(args, "--build="+guess)
-	return b.run(ctx, b.path("cross"), env, "../"+pySrc+"/configure", append([]string{"-q"}, args...)...)
+	return b.run(ctx, b.path("cross"), crossEnv(b.w), "../"+pySrc+"/configure", args...)
 }
 
 func (b *builder) crossMake(ctx context.Context) error {
