@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest session-guest tools demo test vet fuzz soak race bench clean
+.PHONY: all build guest session-guest tools guest-build-tools guest-build demo test vet fuzz soak race bench clean
 
 all: build
 
@@ -24,6 +24,23 @@ tools:
 # The session build: about two minutes once per machine (asyncify).
 session-guest: build tools
 	@if command -v wasm-opt >/dev/null; then $(BIN) guest install --session; fi
+
+# Our own CPython 3.13.5 guest, built from pinned sources (guests/cpython):
+# bookworm's LLVM 19 and the native build tools are installed if missing (as
+# root on a Debian machine), then the build runs (minutes, once per machine).
+GUEST_BUILD_PACKAGES := clang-19 lld-19 llvm-19 libclang-rt-19-dev-wasm32 gcc make tcl xz-utils
+guest-build-tools:
+	@missing=""; for c in clang-19 wasm-ld-19 llvm-ar-19 cc make tclsh xz; do command -v $$c >/dev/null || missing=1; done; \
+		[ -e /usr/lib/llvm-19/lib/clang/19/lib/wasi/libclang_rt.builtins-wasm32.a ] || missing=1; \
+		if [ -n "$$missing" ]; then \
+			if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+				apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GUEST_BUILD_PACKAGES); \
+			else echo "note: install the Debian packages $(GUEST_BUILD_PACKAGES) (as root) to build the guest"; fi; \
+		fi
+
+guest-build: build guest-build-tools
+	$(BIN) guest build
+	$(BIN) guest info --built
 
 demo: guest
 	$(BIN) run -c '$(SNIPPET)'

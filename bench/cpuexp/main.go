@@ -15,7 +15,9 @@
 // (FILE on Node.js's WASI, V8's optimizing compiler only); wasmfs:FILE and
 // v8fs:FILE are wasm and v8 with -root mounted at / and -env set, for a
 // CPython build whose standard library is on disk; fuelfs:FILE is fuelwasm
-// with -root mounted at /py and /py put before every path in -env.
+// with -root mounted at /py and /py put before every path in -env; built is
+// the guest `fumehood guest build` made (guests/cpython) through
+// sandbox.Compile, its standard library mounted read-only at /usr.
 package main
 
 import (
@@ -40,6 +42,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/bench/cpuset"
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/sandbox"
@@ -253,8 +256,14 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			}
 			return string(res.Stdout), c, nil
 		}, func() { g.Close(ctx) }, nil
-	case "fuelwasm", "fuelfs":
-		wasm, err := os.ReadFile(file)
+	case "fuelwasm", "fuelfs", "built":
+		var wasm []byte
+		var err error
+		if kind == "built" {
+			wasm, _, err = cpython.LoadUnprepared(ctx, nil)
+		} else {
+			wasm, err = os.ReadFile(file)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -271,6 +280,15 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		}
 		var scfg *sandbox.SandboxConfig
 		cfg := sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1}
+		if kind == "built" {
+			// The built guest's standard library, read-only at /usr, one
+			// copy for every sandbox.
+			lib, err := cpython.StdlibFS(ctx, nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			scfg = &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}}
+		}
 		if kind == "fuelfs" {
 			// The sandbox's root is its own; the build's tree goes at /py,
 			// so -env paths must start with /py.

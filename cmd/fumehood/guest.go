@@ -9,18 +9,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/guests/python"
 )
 
 func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return &usageError{"guest needs a subcommand: install or info"}
+		return &usageError{"guest needs a subcommand: install, build or info"}
 	}
 	fs := flag.NewFlagSet("guest "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
 	tarball := fs.String("from", "", "install from this package tarball instead of downloading it")
 	session := fs.Bool("session", false, "the session build (pausable, for sessions); needs Binaryen's wasm-opt")
+	built := fs.Bool("built", false, "info: the CPython "+cpython.PythonVersion+" guest built by `guest build`")
+	force := fs.Bool("force", false, "build: build again even when the built guest is in the cache")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -43,7 +46,31 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintf(stderr, "installed %s@%s in %v: %s\n", b.Package, b.Version, time.Since(start).Round(time.Millisecond), b.Path)
 		return nil
+	case "build":
+		bopts := &cpython.Options{CacheDir: *cacheDir, Force: *force, Progress: newProgress(stderr).report}
+		if !*force {
+			if info, err := cpython.Built(bopts); err == nil {
+				fmt.Fprintf(stderr, "CPython %s is already built: sha256:%s\n", info.Python, info.WasmSHA256)
+				return nil
+			}
+		}
+		start := time.Now()
+		info, err := cpython.Build(ctx, bopts)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "built CPython %s in %v: python.wasm %d bytes (sha256:%s), standard library %d bytes (sha256:%s)\n",
+			info.Python, time.Since(start).Round(time.Second), info.WasmSize, info.WasmSHA256, info.StdlibSize, info.StdlibSHA256)
+		return nil
 	case "info":
+		if *built {
+			info, err := cpython.Built(&cpython.Options{CacheDir: *cacheDir})
+			if err != nil {
+				return err
+			}
+			printBuilt(stdout, info)
+			return nil
+		}
 		load := python.Load
 		if *session {
 			load = python.LoadSession
@@ -90,8 +117,17 @@ func (p *progress) report(e python.Progress) {
 				fmt.Fprintf(p.w, "\r  %5.1f MB", mb(e.Done))
 			}
 		}
+	case "fetch":
+		p.endLine()
+		fmt.Fprintf(p.w, "fetching %s\n", e.Step)
+	case "build":
+		p.endLine()
+		fmt.Fprintf(p.w, "building: step %d of %d: %s\n", e.Done+1, e.Total, e.Step)
 	case "prepare":
 		p.endLine()
+		if e.Step == "" {
+			return
+		}
 		fmt.Fprintf(p.w, "preparing: step %d of %d: %s\n", e.Done+1, e.Total, e.Step)
 	default:
 		p.endLine()
@@ -107,3 +143,21 @@ func (p *progress) endLine() {
 }
 
 func mb(n int64) float64 { return float64(n) / 1e6 }
+
+// printBuilt prints what went into the built guest and what came out.
+func printBuilt(w io.Writer, info cpython.Info) {
+	fmt.Fprintf(w, "python:    CPython %s for wasm32-wasi (recipe %d, key %s)\n", info.Python, info.Recipe, info.Key)
+	fmt.Fprintf(w, "toolchain: %s\n", info.Toolchain)
+	fmt.Fprintf(w, "wasm:      sha256:%s (%d bytes, debug sections stripped)\n", info.WasmSHA256, info.WasmSize)
+	fmt.Fprintf(w, "prepared:  sha256:%s (%s)\n", info.PreparedSHA256, strings.Join(info.PreparedSteps, ", "))
+	fmt.Fprintf(w, "stdlib:    sha256:%s (%d bytes: lib/python313.zip, share/zoneinfo; mounted read-only at %s)\n", info.StdlibSHA256, info.StdlibSize, cpython.StdlibMountPath)
+	fmt.Fprintf(w, "built in:  %gs\n", info.BuildSeconds)
+	fmt.Fprintln(w, "inputs:")
+	for _, in := range info.Inputs {
+		fmt.Fprintf(w, "  %-10s %-28s %-7s %s\n             %s sha256:%s\n", in.Package, in.Version, in.Suite, in.Upstream, in.File, in.SHA256)
+	}
+	fmt.Fprintln(w, "flags:")
+	for _, f := range info.Flags {
+		fmt.Fprintf(w, "  %s\n", f)
+	}
+}

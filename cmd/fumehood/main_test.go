@@ -294,3 +294,21 @@ func TestMountFlagModes(t *testing.T) {
 	assert.ErrorContains(t, m.add(true)(filepath.Join(dir, "vol")+":/v:ro"), "takes no mode")
 	assert.Empty(t, m)
 }
+
+// TestGuestInfoBuilt: `guest info --built` names the build command when the
+// built guest is not in the cache, and shows inputs, flags and digests when
+// it is.
+func TestGuestInfoBuilt(t *testing.T) {
+	code, _, errs := fumehood(t, "", "guest", "info", "--built", "--cache-dir", t.TempDir())
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "fumehood guest build")
+
+	code, out, errs := fumehood(t, "", "guest", "info", "--built")
+	if code != 0 && strings.Contains(errs, "not built") {
+		t.Skip("the CPython guest is not built (make guest-build)")
+	}
+	require.Equal(t, 0, code, errs)
+	for _, want := range []string{"CPython 3.13.5", "python3.13_3.13.5.orig.tar.xz", "sha256:", "OPT=-DNDEBUG -O2", "strip-debug@1, errno@1, fuel@4"} {
+		assert.Contains(t, out, want)
+	}
+}

@@ -1,0 +1,339 @@
+package cpython
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/afero"
+)
+
+// excludedStdlib are the parts of Lib/ left out of the guest: the test
+// suite and what needs a display or a package installer.
+var excludedStdlib = map[string]bool{
+	"test": true, "idlelib": true, "tkinter": true, "turtledemo": true,
+	"turtle.py": true, "ensurepip": true,
+}
+
+// stdlibZip is the zip the interpreter imports the standard library from
+// (the first entry of its default sys.path under prefix /usr).
+const stdlibZip = "lib/python313.zip"
+
+// stdlib compiles the standard library to .pyc with the build Python
+// (unchecked-hash invalidation: no timestamps, no source checks), packs the
+// .pyc files and data into lib/python313.zip (stored, not deflated, so that
+// imports cost no decompression), and writes stdlib.tar holding the zip and
+// the compiled zone files under share/zoneinfo. Every entry has the same
+// time and mode, in sorted order, so the same inputs give the same bytes.
+func (b *builder) stdlib(ctx context.Context) error {
+	lib := b.path("stdlib", "python3.13")
+	if err := copyTree(b.path(pySrc, "Lib"), lib, func(rel string) bool {
+		return excludedStdlib[strings.SplitN(rel, "/", 2)[0]] || strings.Contains(rel, "__pycache__")
+	}); err != nil {
+		return err
+	}
+	// The cross build's sysconfig data names the work directory: map it
+	// to /build, as the compiler's prefix maps do.
+	built, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-3.13", "*.py"))
+	if err != nil {
+		return err
+	}
+	for _, f := range built {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		data = bytes.ReplaceAll(data, []byte(b.w), []byte("/build"))
+		if err := os.WriteFile(filepath.Join(lib, filepath.Base(f)), data, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := b.run(ctx, b.path("stdlib"), nil, b.path("native", "python"), "-E", "-s", "-m", "compileall",
+		"-q", "-f", "-j", "1", "--invalidation-mode", "unchecked-hash", "-d", "/usr/"+stdlibZip, lib); err != nil {
+		return err
+	}
+	zipped, err := zipPyc(lib)
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(b.path("stdlib.tar"))
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	tw := tar.NewWriter(out)
+	for _, d := range []string{"lib/", "share/"} {
+		if err := tw.WriteHeader(dirHeader(d)); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(fileHeader(stdlibZip, int64(len(zipped)))); err != nil {
+		return err
+	}
+	if _, err := tw.Write(zipped); err != nil {
+		return err
+	}
+	// The landmarks CPython's getpath looks for under its prefix (else it
+	// warns on every start): os.pyc in lib/python3.13, the same bytes as in
+	// the zip, and the lib-dynload directory.
+	osPyc, err := os.ReadFile(filepath.Join(lib, "__pycache__", "os.cpython-313.pyc"))
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{"lib/python3.13/", "lib/python3.13/lib-dynload/"} {
+		if err := tw.WriteHeader(dirHeader(d)); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(fileHeader("lib/python3.13/os.pyc", int64(len(osPyc)))); err != nil {
+		return err
+	}
+	if _, err := tw.Write(osPyc); err != nil {
+		return err
+	}
+	if err := tarTree(tw, b.path("tz", "usr", "share", "zoneinfo"), "share/zoneinfo"); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return out.Close()
+}
+
+var epoch = time.Unix(SourceDateEpoch, 0).UTC()
+
+func dirHeader(name string) *tar.Header {
+	return &tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}
+}
+
+func fileHeader(name string, size int64) *tar.Header {
+	return &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: epoch, Format: tar.FormatPAX}
+}
+
+// copyTree copies the regular files under src to dst, leaving out those
+// skip names (by slash-separated path relative to src).
+func copyTree(src, dst string, skip func(rel string) bool) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		rel = filepath.ToSlash(rel)
+		if rel != "." && skip(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		return copyFile(p, target)
+	})
+}
+
+// walkSorted lists the regular files under root (links followed) as
+// slash-separated relative paths, sorted.
+func walkSorted(root string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		fi, err := os.Stat(p) // follows links: zoneinfo has links between zones
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			rel, _ := filepath.Rel(root, p)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(files)
+	return files, err
+}
+
+// zipPyc packs the compiled library sourceless: pkg/__pycache__/m.cpython-313.pyc
+// becomes pkg/m.pyc; .py files are left out; other files are kept.
+func zipPyc(lib string) ([]byte, error) {
+	files, err := walkSorted(lib)
+	if err != nil {
+		return nil, err
+	}
+	type entry struct{ name, file string }
+	var entries []entry
+	for _, f := range files {
+		dir, base := path.Split(f)
+		switch {
+		case strings.HasSuffix(dir, "__pycache__/"):
+			mod, ok := strings.CutSuffix(base, ".cpython-313.pyc")
+			if !ok {
+				continue
+			}
+			entries = append(entries, entry{strings.TrimSuffix(dir, "__pycache__/") + mod + ".pyc", f})
+		case strings.HasSuffix(base, ".py"):
+		default:
+			entries = append(entries, entry{f, f})
+		}
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(lib, filepath.FromSlash(e.file)))
+		if err != nil {
+			return nil, err
+		}
+		w, err := zw.CreateRaw(&zip.FileHeader{
+			Name: e.name, Method: zip.Store, Modified: epoch,
+			CRC32: crc(data), CompressedSize64: uint64(len(data)), UncompressedSize64: uint64(len(data)),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := w.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// tarTree writes the regular files under root (links followed, as copies)
+// below prefix, with their directories.
+func tarTree(tw *tar.Writer, root, prefix string) error {
+	files, err := walkSorted(root)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		name := prefix + "/" + f
+		for d := path.Dir(name); d != "." && !seen[d]; d = path.Dir(d) {
+			seen[d] = true
+		}
+	}
+	var ds []string
+	for d := range seen {
+		ds = append(ds, d)
+	}
+	sort.Strings(ds)
+	for _, d := range ds {
+		if d == "share" || d == "lib" {
+			continue
+		}
+		if err := tw.WriteHeader(dirHeader(d + "/")); err != nil {
+			return err
+		}
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(fileHeader(prefix+"/"+f, int64(len(data)))); err != nil {
+			return err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxStdlibFile bounds one file of the standard library tar when it is
+// read into memory.
+const maxStdlibFile = 256 << 20
+
+var (
+	stdlibMu  sync.Mutex
+	stdlibFSs = map[string]afero.Fs{}
+)
+
+// StdlibFS returns the built guest's standard library tree (lib/python313.zip,
+// share/zoneinfo) as a read-only in-memory filesystem, to mount at
+// StdlibMountPath with ReadOnly set. It is read from the cache once per
+// process and the same filesystem is returned to every caller: every
+// sandbox shares one copy, and nothing is copied per run.
+func StdlibFS(ctx context.Context, opts *Options) (afero.Fs, error) {
+	info, d, err := loadInfo(opts)
+	if err != nil {
+		return nil, err
+	}
+	stdlibMu.Lock()
+	defer stdlibMu.Unlock()
+	if fsys, ok := stdlibFSs[info.StdlibSHA256]; ok {
+		return fsys, nil
+	}
+	data, err := d.store.Get(info.StdlibSHA256)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotBuilt, err)
+	}
+	fsys, err := untar(data)
+	if err != nil {
+		return nil, fmt.Errorf("cpython: standard library: %w", err)
+	}
+	stdlibFSs[info.StdlibSHA256] = fsys
+	return fsys, nil
+}
+
+func untar(data []byte) (afero.Fs, error) {
+	mem := afero.NewMemMapFs()
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		name := path.Clean("/" + h.Name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := mem.MkdirAll(name, 0o755); err != nil {
+				return nil, err
+			}
+		case tar.TypeReg:
+			if h.Size > maxStdlibFile {
+				return nil, fmt.Errorf("%s is %d bytes", h.Name, h.Size)
+			}
+			if err := mem.MkdirAll(path.Dir(name), 0o755); err != nil {
+				return nil, err
+			}
+			b, err := io.ReadAll(io.LimitReader(tr, maxStdlibFile))
+			if err != nil {
+				return nil, err
+			}
+			if err := afero.WriteFile(mem, name, b, 0o444); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return afero.NewReadOnlyFs(mem), nil
+}
+
+func crc(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
