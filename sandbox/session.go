@@ -155,16 +155,16 @@ type Session struct {
 	closed  bool
 	reason  error // why the session was closed, if not by Close
 
-	sb      *Sandbox
-	root    afero.Fs // the in-memory root, nil when a mount replaces it
-	ctl     afero.Fs // the control directory
-	layout  []snapshot.Mount
-	base    *baseImage
-	ckpt    *checkpoint
+	sb     *Sandbox
+	root   afero.Fs // the in-memory root, nil when a mount replaces it
+	ctl    afero.Fs // the control directory
+	layout []snapshot.Mount
+	base   *baseImage
+	ckpt   *checkpoint
 	// fds are the descriptors open at the checkpoint, which a new
 	// instance opens again.
-	fds  []snapshot.Descriptor
-	inst *instance
+	fds     []snapshot.Descriptor
+	inst    *instance
 	env     map[string]string
 	runs    int64
 	fuel    int64         // fuel used by all runs
