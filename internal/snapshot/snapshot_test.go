@@ -270,7 +270,7 @@ func decodeOne(t *testing.T, data []byte) {
 		if err != nil {
 			t.Fatalf("re-encoded snapshot does not decode: %v", err)
 		}
-		if len(again.Pages) != len(s.Pages) || len(again.Files) != len(s.Files) {
+		if len(again.Pages) != len(s.Pages) || len(again.Files) != len(s.Files) || len(again.Header.Descriptors) != len(s.Header.Descriptors) {
 			t.Fatal("re-encoded snapshot differs")
 		}
 	}
