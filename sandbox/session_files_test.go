@@ -196,3 +196,19 @@ func wasiFD(t *testing.T, s *sandbox.Session, name string) int32 {
 	t.Fatalf("%s is not open: %q", name, open)
 	return -1
 }
+
+// TestSessionOpenFileRenamed shows that a file renamed while open is
+// carried at its new path, and one replaced by a rename is refused.
+func TestSessionOpenFileRenamed(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "import os\nf = open('/work/a.txt', 'w+')\nf.write('abc')\nf.flush()\nos.rename('/work/a.txt', '/work/b.txt')")
+	r := resume(t, snapshotOf(t, s), nil)
+	assert.Equal(t, "'abcd'", run(t, r, "f.write('d')\nf.flush()\nopen('/work/b.txt').read()").Value)
+
+	run(t, s, "g = open('/work/c.txt', 'w')\nopen('/work/d.txt', 'w').close()\nos.rename('/work/d.txt', '/work/c.txt')")
+	err := s.Snapshot(&bytes.Buffer{})
+	require.ErrorIs(t, err, wasi.ErrUnlinked)
+	var ofe *sandbox.OpenFileError
+	require.ErrorAs(t, err, &ofe)
+	assert.Equal(t, "/work/c.txt", ofe.Path)
+}
