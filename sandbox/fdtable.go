@@ -21,7 +21,9 @@ import (
 // an error, never a panic; TestSessionOpenFiles* fail on one, so a wazero
 // upgrade cannot break this silently.
 type fdTable struct {
-	fsc reflect.Value // *sys.FSContext
+	fsc                                   reflect.Value // *sys.FSContext
+	lookupFn, openFn, renumberFn, closeFn reflect.Value
+	masksV                                reflect.Value // FSContext.openedFiles.masks, read only
 }
 
 // fdEntry is one open descriptor.
@@ -61,13 +63,18 @@ func descriptorTable(mod api.Module) (t *fdTable, err error) {
 		return nil, errFDTable
 	}
 	t = &fdTable{fsc: out[0]}
-	for _, name := range []string{"LookupFile", "OpenFile", "Renumber", "CloseFile"} {
-		if !t.fsc.MethodByName(name).IsValid() {
+	for name, fn := range map[string]*reflect.Value{"LookupFile": &t.lookupFn, "OpenFile": &t.openFn, "Renumber": &t.renumberFn, "CloseFile": &t.closeFn} {
+		if *fn = t.fsc.MethodByName(name); !fn.IsValid() {
 			return nil, fmt.Errorf("%w: no FSContext.%s", errFDTable, name)
 		}
 	}
-	if _, err := t.masks(); err != nil {
-		return nil, err
+	files := t.fsc.Elem().FieldByName("openedFiles")
+	if !files.IsValid() || files.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: no FSContext.openedFiles", errFDTable)
+	}
+	t.masksV = files.FieldByName("masks")
+	if !t.masksV.IsValid() || t.masksV.Kind() != reflect.Slice || t.masksV.Type().Elem().Kind() != reflect.Uint64 {
+		return nil, fmt.Errorf("%w: no descriptor.Table.masks", errFDTable)
 	}
 	return t, nil
 }
@@ -75,14 +82,8 @@ func descriptorTable(mod api.Module) (t *fdTable, err error) {
 // masks returns the table's occupancy bits: bit j of masks[i] is set when
 // descriptor 64*i+j is open.
 func (t *fdTable) masks() ([]uint64, error) {
-	files := t.fsc.Elem().FieldByName("openedFiles")
-	if !files.IsValid() || files.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%w: no FSContext.openedFiles", errFDTable)
-	}
-	m := files.FieldByName("masks")
-	if !m.IsValid() || m.Kind() != reflect.Slice || m.Type().Elem().Kind() != reflect.Uint64 {
-		return nil, fmt.Errorf("%w: no descriptor.Table.masks", errFDTable)
-	}
+	// The slice header is read again each time: the table grows.
+	m := t.masksV
 	out := make([]uint64, m.Len())
 	for i := range out {
 		out[i] = m.Index(i).Uint()
@@ -97,7 +98,7 @@ func (t *fdTable) lookup(fd int32) (e fdEntry, ok bool, err error) {
 			ok, err = false, fmt.Errorf("%w: %v", errFDTable, p)
 		}
 	}()
-	out := t.fsc.MethodByName("LookupFile").Call([]reflect.Value{reflect.ValueOf(fd)})
+	out := t.lookupFn.Call([]reflect.Value{reflect.ValueOf(fd)})
 	if len(out) != 2 || !out[1].Bool() {
 		return fdEntry{}, false, nil
 	}
@@ -154,9 +155,9 @@ func (t *fdTable) openAt(fd int32, fsys sys.FS, name string, flag sys.Oflag) (er
 		if !old.isPreopen {
 			return sys.EBADF, nil
 		}
-		t.fsc.MethodByName("CloseFile").Call([]reflect.Value{reflect.ValueOf(fd)})
+		t.closeFn.Call([]reflect.Value{reflect.ValueOf(fd)})
 	}
-	out := t.fsc.MethodByName("OpenFile").Call([]reflect.Value{
+	out := t.openFn.Call([]reflect.Value{
 		reflect.ValueOf(&fsys).Elem(), reflect.ValueOf(name), reflect.ValueOf(flag), reflect.ValueOf(iofs.FileMode(0)),
 	})
 	if len(out) != 2 {
@@ -169,9 +170,9 @@ func (t *fdTable) openAt(fd int32, fsys sys.FS, name string, flag sys.Oflag) (er
 	if got == fd {
 		return 0, nil
 	}
-	out = t.fsc.MethodByName("Renumber").Call([]reflect.Value{reflect.ValueOf(got), reflect.ValueOf(fd)})
+	out = t.renumberFn.Call([]reflect.Value{reflect.ValueOf(got), reflect.ValueOf(fd)})
 	if errno, _ = out[0].Interface().(sys.Errno); errno != 0 {
-		t.fsc.MethodByName("CloseFile").Call([]reflect.Value{reflect.ValueOf(got)})
+		t.closeFn.Call([]reflect.Value{reflect.ValueOf(got)})
 		return errno, nil
 	}
 	return 0, nil
@@ -184,7 +185,7 @@ func (t *fdTable) closeFD(fd int32) (errno sys.Errno, err error) {
 			errno, err = 0, fmt.Errorf("%w: %v", errFDTable, p)
 		}
 	}()
-	out := t.fsc.MethodByName("CloseFile").Call([]reflect.Value{reflect.ValueOf(fd)})
+	out := t.closeFn.Call([]reflect.Value{reflect.ValueOf(fd)})
 	errno, _ = out[0].Interface().(sys.Errno)
 	return errno, nil
 }

@@ -31,3 +31,12 @@ func OpenDescriptors(s *Session) ([]string, error) {
 	}
 	return out, nil
 }
+
+// DescribeOpenFiles lists the live instance's descriptors as a snapshot
+// would (tests and benchmarks only).
+func DescribeOpenFiles(s *Session) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fds, lost, err := s.describeFiles(s.inst)
+	return len(fds) + len(lost), err
+}

@@ -212,3 +212,15 @@ func TestSessionOpenFileRenamed(t *testing.T) {
 	require.ErrorAs(t, err, &ofe)
 	assert.Equal(t, "/work/c.txt", ofe.Path)
 }
+
+// TestSessionStopAfterDeletingHeldFile: a stopped run that deleted a file
+// held open since before it rolls back all the same; the descriptor it
+// cannot open again is closed (EBADF), the session goes on.
+func TestSessionStopAfterDeletingHeldFile(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "import os\nf = open('/work/x.txt', 'w')\ng = open('/work/y.txt', 'w')\nx = 1")
+	_, err := s.Run(context.Background(), "x = 2\nos.remove('/work/x.txt')\nwhile True: pass", &sandbox.Config{Timeout: 100 * time.Millisecond})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, "(1, 'EBADF', 2)", run(t, s, "import errno\ntry:\n    f.write('a'); f.flush(); e = None\nexcept OSError as ex:\n    e = errno.errorcode[ex.errno]\n(x, e, g.write('ok'))").Value)
+	require.NoError(t, s.Snapshot(&bytes.Buffer{}), "the closed descriptor is not carried")
+}
