@@ -36,7 +36,8 @@ import (
 // Version is the format version this package writes. Version 2 added the
 // open descriptors (Header.Descriptors); Decode reads versions 1 and 2 (a
 // version 1 snapshot holds no descriptors: sessions refused to snapshot
-// with files open).
+// with files open). Encode always writes version 2, which builds that read
+// only version 1 refuse with ErrVersion.
 const Version = 2
 
 // MinVersion is the oldest format version Decode reads.
