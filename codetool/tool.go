@@ -349,7 +349,8 @@ func (t *Tool) open(ctx context.Context, id string, c *conv) error {
 // starts.
 func (t *Tool) releaseTurn(c *conv) {
 	if !c.ended {
-		// With files held open it stays awake (ErrOpenFiles), which is fine.
+		// Open files are carried; one deleted while open keeps it awake
+		// (ErrOpenFiles), which is fine.
 		_ = c.s.Hibernate()
 		if t.opts.IdleTimeout > 0 {
 			// After Close no timer starts: Close waits for this turn and

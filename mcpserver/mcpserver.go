@@ -613,8 +613,9 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in Se
 		s.drop(ss)
 	} else {
 		// A model takes seconds between calls: idle, a session needs only
-		// its changed pages (0.5 MB, not 15). With files held open it
-		// stays awake (ErrOpenFiles), which is fine.
+		// its changed pages (0.5 MB, not 15). Open files are carried;
+		// one deleted while open keeps it awake (ErrOpenFiles), which
+		// is fine.
 		_ = ss.s.Hibernate()
 	}
 	return s.result(res, err)

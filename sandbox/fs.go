@@ -135,6 +135,7 @@ type Sandbox struct {
 	fscfg  wazero.FSConfig
 	errno  errnoSink
 	host   *hostcall.Server // nil without host functions or network
+	hostFS sys.FS           // what is mounted at HostMountPath, with host
 	closed bool
 }
 

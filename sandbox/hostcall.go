@@ -28,8 +28,8 @@ func (s *Sandbox) mountHost(c *SandboxConfig, fscfg sysfs.FSConfig) (sysfs.FSCon
 		return nil, err
 	}
 	srv.ReportErrno(s.errno.report) // EMFILE past hostcall.MaxOpen
-	s.host = srv
-	return fscfg.WithSysFSMount(srv.FS(), HostMountPath).(sysfs.FSConfig), nil
+	s.host, s.hostFS = srv, srv.FS()
+	return fscfg.WithSysFSMount(s.hostFS, HostMountPath).(sysfs.FSConfig), nil
 }
 
 // hostKey finds a sandbox's host-call server in a run's context.

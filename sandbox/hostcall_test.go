@@ -381,3 +381,15 @@ func TestSessionHostCallsAndNetwork(t *testing.T) {
 	_, err = testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
 	assert.ErrorIs(t, err, sandbox.ErrSnapshotLayout)
 }
+
+// TestSessionHostMountFilesCarried: a channel and a module file the guest
+// holds open itself are open again after a resume.
+func TestSessionHostMountFilesCarried(t *testing.T) {
+	cfg := &sandbox.SessionConfig{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+		"add": hostcall.Func(func(ctx context.Context, a addArgs) (int, error) { return a.A + a.B, nil }),
+	}}}
+	s := newSession(t, cfg)
+	run(t, s, "import os, fumehood\nch = os.open('/dev/fumehood/call', os.O_RDWR)\nsrc = open('/dev/fumehood/lib/fumehood/__init__.py')\nhead = src.read(10)")
+	r := resume(t, snapshotOf(t, s), cfg)
+	assert.Equal(t, "(5, True)", run(t, r, "fumehood._fd = ch\n(fumehood.call('add', A=2, B=3), head + src.read(20) == open('/dev/fumehood/lib/fumehood/__init__.py').read(30))").Value)
+}

@@ -55,9 +55,11 @@ var (
 	// ErrSessionClosed reports use of a closed session, or of one that a
 	// failed run could not roll back.
 	ErrSessionClosed = errors.New("sandbox: session is closed")
-	// ErrOpenFiles reports a snapshot or fork refused because the guest
-	// holds files open: a new instance could not honour their descriptors.
-	ErrOpenFiles = errors.New("sandbox: the guest holds files open")
+	// ErrOpenFiles reports a snapshot, fork or hibernation refused, or a
+	// resume or fork that failed, because of a descriptor the guest holds
+	// open that cannot be opened again (a file deleted while open, say).
+	// The error is an *OpenFileError naming the descriptor and its path.
+	ErrOpenFiles = errors.New("sandbox: an open file cannot be carried over")
 )
 
 // Exception is a Python exception that ended a session run. The session
@@ -127,9 +129,17 @@ type SessionConfig struct {
 // Between runs the interpreter is paused: it holds memory but no goroutine.
 // A run stopped by a limit (deadline, fuel, output, memory) or a trap rolls
 // the session back to where it was before that run: variables are as they
-// were; files the run wrote stay written. If the guest held files open when
-// the run began, the session cannot be rolled back and is closed instead
-// (later calls return ErrSessionClosed).
+// were; files the run wrote stay written.
+//
+// Files and directories the guest holds open between runs (a sqlite3
+// connection, a logging.FileHandler) are carried by snapshots, forks,
+// hibernation and rollbacks: a new instance opens each again at the same
+// descriptor number, path, access, flags and offset it had when the last
+// run ended. A fork's in-memory root is a copy, so its open files there
+// are its own; a volume's files are the same for both. Only what cannot be
+// opened again (a file deleted while open) stops a snapshot, fork or
+// hibernation, with an *OpenFileError; a rollback or a wake from
+// hibernation leaves such a descriptor closed.
 //
 // A Session is safe for use by one goroutine at a time; calls from several
 // goroutines are serialized. Close it to release its memory.
@@ -145,12 +155,15 @@ type Session struct {
 	closed  bool
 	reason  error // why the session was closed, if not by Close
 
-	sb      *Sandbox
-	root    afero.Fs // the in-memory root, nil when a mount replaces it
-	ctl     afero.Fs // the control directory
-	layout  []snapshot.Mount
-	base    *baseImage
-	ckpt    *checkpoint
+	sb     *Sandbox
+	root   afero.Fs // the in-memory root, nil when a mount replaces it
+	ctl    afero.Fs // the control directory
+	layout []snapshot.Mount
+	base   *baseImage
+	ckpt   *checkpoint
+	// fds are the descriptors open at the checkpoint, which a new
+	// instance opens again.
+	fds     []snapshot.Descriptor
 	inst    *instance
 	env     map[string]string
 	runs    int64
@@ -390,7 +403,7 @@ func (g *Guest) NewSession(ctx context.Context, cfg *SessionConfig) (*Session, e
 	s.base = base
 	s.ckpt = &checkpoint{size: uint64(len(base.mem)), globals: append([]uint64(nil), base.globals...)}
 	s.sendEnv, s.reseed = true, true
-	if err := s.instantiate(ctx); err != nil {
+	if err := s.instantiate(ctx, true); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -580,8 +593,11 @@ func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
 	return nil
 }
 
-// instantiate gives the session a new instance holding its checkpoint.
-func (s *Session) instantiate(ctx context.Context) error {
+// instantiate gives the session a new instance holding its checkpoint and
+// its open descriptors (s.fds, left holding those it opened again). When
+// strict, a descriptor it cannot open again is an error (an
+// *OpenFileError); otherwise it is left closed.
+func (s *Session) instantiate(ctx context.Context, strict bool) error {
 	clock := &sessionClock{s: s, in: &s.inst}
 	in, err := s.g.newInstance(ctx, s.sb.fscfg, clock, s.rand, nil, driverArgs(), uint64(s.cfg.MemoryLimit), s.ckpt.size)
 	if err != nil {
@@ -593,6 +609,12 @@ func (s *Session) instantiate(ctx context.Context) error {
 	}
 	in.buf = s.base.buf
 	in.ctl = s.ctl
+	kept, err := s.reopenFiles(in, s.fds, strict)
+	if err != nil {
+		in.close()
+		return err
+	}
+	s.fds = kept
 	s.inst = in
 	return nil
 }
@@ -688,7 +710,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 
 	if s.inst == nil {
 		// Hibernating: bring the interpreter back from the checkpoint.
-		if err := s.instantiate(ctx); err != nil {
+		if err := s.instantiate(ctx, false); err != nil {
 			return nil, err
 		}
 	}
@@ -734,8 +756,6 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		in.stdout.w, in.stderr.w, in.userIn, in.pending = nil, nil, nil, nil
 	}()
 
-	// Files open now would be gone after a rollback.
-	openBefore := s.openFiles()
 	var endHost func() hostcall.Stats
 	if s.sb.host != nil {
 		if endHost, err = s.sb.host.Begin(ctx); err != nil {
@@ -770,6 +790,13 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		} else {
 			s.sendEnv, s.reseed = false, false
 			s.ckpt.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals))
+			// The descriptors a rollback to this checkpoint opens again.
+			// One that cannot be (deleted while open) is left out: a
+			// snapshot names it, since it describes the live instance.
+			s.fds = nil
+			if fds, _, err := s.describeFiles(in); err == nil {
+				s.fds = fds
+			}
 			return res, s.finish(res, out)
 		}
 	}
@@ -783,11 +810,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	// The instance stopped mid-run: go back to the checkpoint.
 	in.close()
 	s.inst = nil
-	if n := openBefore; n > 0 {
-		s.closeLocked(fmt.Errorf("a run was stopped while the guest held %d files open, so the session could not be rolled back: %w", n, err))
-		return res, err
-	}
-	if ierr := s.instantiate(context.WithoutCancel(ctx)); ierr != nil {
+	if ierr := s.instantiate(context.WithoutCancel(ctx), false); ierr != nil {
 		s.closeLocked(fmt.Errorf("rolling back after a stopped run: %w", ierr))
 	}
 	return res, err
@@ -820,35 +843,32 @@ func (s *Session) finish(res *Result, out *Result) error {
 	return nil
 }
 
-// openFiles counts the files the guest holds open, besides the runtime's
-// own handle on each preopened directory.
-func (s *Session) openFiles() int {
-	n := 0
-	for _, m := range s.sb.order {
-		all, root := m.fs.Handles()
-		n += all - min(root, 1)
-	}
-	return n
-}
-
 // Hibernate releases the session's interpreter while it is idle: only the
 // pages that differ from the base image (and the in-memory files) stay in
 // memory, a fraction of a live session's. The next Run, Fork or Snapshot
 // works as before; Run first brings the interpreter back, in about as long
 // as NewSession takes. Servers holding many idle sessions hibernate them.
 //
-// It fails with ErrOpenFiles when the guest holds files open.
+// Files the guest holds open are opened again when it wakes, at the same
+// descriptors and offsets. Hibernate fails with an *OpenFileError
+// (matching ErrOpenFiles), and the session stays as it was, when one of
+// them cannot be (a file deleted while open).
 func (s *Session) Hibernate() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return s.closedErr()
 	}
-	if err := s.checkNoOpenFiles(); err != nil {
+	if s.inst == nil {
+		return nil
+	}
+	fds, err := s.carriedFiles()
+	if err != nil {
 		return err
 	}
 	s.inst.close()
 	s.inst = nil
+	s.fds = fds
 	return nil
 }
 

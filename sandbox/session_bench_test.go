@@ -151,3 +151,23 @@ func BenchmarkIdleSessions(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDescribeOpenFiles times what every successful session run now
+// adds: listing and describing the open descriptors (here a sqlite3
+// connection, a log file and a plain file).
+func BenchmarkDescribeOpenFiles(b *testing.B) {
+	s, err := testenv.PythonSessions(b).NewSession(context.Background(), nil)
+	require.NoError(b, err)
+	defer s.Close()
+	_, err = s.Run(context.Background(), "import sqlite3, logging\ndb = sqlite3.connect('/work/a.db')\ndb.execute('create table t (v)')\nlogging.basicConfig(filename='/tmp/l.log')\nlogging.warning('x')\nf = open('/work/f', 'w')", nil)
+	require.NoError(b, err)
+	n, err := sandbox.DescribeOpenFiles(s)
+	require.NoError(b, err)
+	require.Equal(b, 3, n)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := sandbox.DescribeOpenFiles(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -48,8 +48,11 @@ var snapshotArgs = []string{"python", "-u", "-B", "-c", "<session driver>"}
 // root filesystem and its set-up, zstd-compressed, with a checksum. Mounted
 // filesystems (volumes) are not copied: resume with the same ones mounted.
 //
-// It fails with ErrOpenFiles when the guest holds files open, since a
-// resumed interpreter would find their descriptors gone.
+// The files and directories the guest holds open are recorded (mount,
+// path, access, flags, offset, descriptor number) and opened again on
+// resume. Snapshot fails with an *OpenFileError (matching ErrOpenFiles),
+// and the session goes on, when one cannot be: a file deleted or replaced
+// while open, or anything that is not a file of the session's mounts.
 func (s *Session) Snapshot(w io.Writer) error {
 	snap, err := s.capture()
 	if err != nil {
@@ -67,10 +70,12 @@ func (s *Session) capture() (*snapshot.Snapshot, error) {
 	if s.closed {
 		return nil, s.closedErr()
 	}
-	if err := s.checkNoOpenFiles(); err != nil {
+	fds, err := s.carriedFiles()
+	if err != nil {
 		return nil, err
 	}
 	snap := &snapshot.Snapshot{Header: snapshot.Header{
+		Descriptors:    fds,
 		Guest:          s.g.id,
 		Base:           s.base.digest,
 		MemorySize:     s.ckpt.size,
@@ -100,13 +105,6 @@ func (s *Session) capture() (*snapshot.Snapshot, error) {
 		snap.Files = files
 	}
 	return snap, nil
-}
-
-func (s *Session) checkNoOpenFiles() error {
-	if n := s.openFiles(); n > 0 {
-		return fmt.Errorf("%w: %d open; close them (with-blocks do) before a snapshot or fork", ErrOpenFiles, n)
-	}
-	return nil
 }
 
 // readTree lists everything under root, parents first.
@@ -189,7 +187,11 @@ func writeTree(root afero.Fs, files []snapshot.File) error {
 //
 // A snapshot that cannot be resumed returns an error matching one of
 // ErrSnapshotFormat, ErrSnapshotVersion, ErrSnapshotCorrupt,
-// ErrSnapshotTooLarge, ErrSnapshotGuest or ErrSnapshotLayout.
+// ErrSnapshotTooLarge, ErrSnapshotGuest or ErrSnapshotLayout. The files
+// the snapshotted guest held open are opened again at their descriptors;
+// one that cannot be (a volume's file that is gone) is an *OpenFileError,
+// matching ErrOpenFiles. Snapshots of format version 1 (before open files
+// were carried) still resume.
 func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConfig) (*Session, error) {
 	if !g.sessions {
 		return nil, ErrNoSessions
@@ -287,7 +289,8 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConf
 		s.rand = seededRand(deriveSeed(h.Seed, h.Runs))
 	}
 	s.reseed = true
-	if err := s.instantiate(ctx); err != nil {
+	s.fds = h.Descriptors
+	if err := s.instantiate(ctx, true); err != nil {
 		return fail(err)
 	}
 	return s, nil
@@ -316,14 +319,18 @@ func describeLayout(ms []snapshot.Mount) string {
 // os.fork(), so forks sharing a volume do not draw the same temporary
 // names. Mounted filesystems are shared, not copied.
 //
-// It fails with ErrOpenFiles when the guest holds files open.
+// Files the guest holds open are open in the copy too, at the same
+// descriptors and offsets: in the in-memory root, the copy's own files; in
+// a volume, the same files. Fork fails with an *OpenFileError (matching
+// ErrOpenFiles), and s goes on, when one cannot be opened again.
 func (s *Session) Fork(ctx context.Context) (*Session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, s.closedErr()
 	}
-	if err := s.checkNoOpenFiles(); err != nil {
+	fds, err := s.carriedFiles()
+	if err != nil {
 		return nil, err
 	}
 	var fill func(afero.Fs) error
@@ -353,7 +360,8 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 	child.base, child.ckpt = s.base, s.ckpt.clone()
 	child.runs, child.fuel, child.slept = s.runs, s.fuel, s.slept
 	child.reseed = true
-	if err := child.instantiate(ctx); err != nil {
+	child.fds = fds
+	if err := child.instantiate(ctx, true); err != nil {
 		child.sb.Close()
 		return nil, fmt.Errorf("sandbox: fork: %w", err)
 	}

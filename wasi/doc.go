@@ -66,4 +66,13 @@
 //
 // Besides the quota, Options.MaxOpen bounds the handles open at once and
 // Options.MaxListingBytes the directory listings they hold (see FS.ListingBytes).
+//
+// # Open handles across restarts
+//
+// FS.Describe tells what it takes to open a handle again (its path, which
+// follows renames made through the FS, its access, flags and offset), and
+// FS.Reopen opens it so, in the same FS or another over the same content,
+// never creating or truncating. A handle whose file was deleted or
+// replaced while open is ErrUnlinked: no path leads to it. Sessions use
+// them to carry the files a guest holds open across snapshots and forks.
 package wasi

@@ -33,8 +33,15 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// Version is the format version this package writes and reads.
-const Version = 1
+// Version is the format version this package writes. Version 2 added the
+// open descriptors (Header.Descriptors); Decode reads versions 1 and 2 (a
+// version 1 snapshot holds no descriptors: sessions refused to snapshot
+// with files open). Encode always writes version 2, which builds that read
+// only version 1 refuse with ErrVersion.
+const Version = 2
+
+// MinVersion is the oldest format version Decode reads.
+const MinVersion = 1
 
 // PageSize is the granularity of the memory image: the pages of linear
 // memory that differ from the base image are stored whole.
@@ -61,11 +68,17 @@ const (
 	MaxEnv     = 4096
 	MaxMounts  = 256
 	MaxGlobals = 1024
+	// MaxDescriptors bounds the open descriptors of a snapshot, MaxFD their
+	// numbers (so a resume never grows the runtime's descriptor table past
+	// it), and MaxPath the length of each path (a descriptor's or a file's).
+	MaxDescriptors = 4096
+	MaxFD          = 1 << 16
+	MaxPath        = 4096
 	// MaxHeaderValues bounds the commas outside strings in the header (so
 	// the values it holds), counted before it is parsed: what the lists
 	// above need, a mount's or a global's fields included, and the
 	// header's own fields.
-	MaxHeaderValues = MaxArgs + MaxEnv + 3*MaxMounts + 2*MaxGlobals + 64
+	MaxHeaderValues = MaxArgs + MaxEnv + 3*MaxMounts + 2*MaxGlobals + 10*MaxDescriptors + 64
 )
 
 // Errors of Decode. Each wraps a description of what exactly was wrong.
@@ -98,6 +111,29 @@ type Mount struct {
 	InMemory bool `json:"in_memory,omitempty"`
 }
 
+// Descriptor is a file or directory the guest holds open, which a resumed
+// session opens again at the same descriptor number.
+type Descriptor struct {
+	// FD is the descriptor's number, at least 3 (after stdio) and below
+	// MaxFD.
+	FD int32 `json:"fd"`
+	// Mount is the index into Header.Mounts of the mount it is in.
+	Mount int `json:"mount"`
+	// Path is where it is, relative to the mount: clean, slash-separated,
+	// "." for the mount's root directory itself; at most MaxPath bytes.
+	Path string `json:"path"`
+	// Dir marks a directory (opened for reading only).
+	Dir bool `json:"dir,omitempty"`
+	// The access it was opened with, and its flags.
+	Read     bool `json:"read,omitempty"`
+	Write    bool `json:"write,omitempty"`
+	Append   bool `json:"append,omitempty"`
+	Nonblock bool `json:"nonblock,omitempty"`
+	Sync     bool `json:"sync,omitempty"`
+	// Offset is the file's offset, 0 or more.
+	Offset int64 `json:"offset,omitempty"`
+}
+
 // Header is the uncompressed part of a snapshot: everything but the
 // memory pages and the file contents.
 type Header struct {
@@ -122,6 +158,9 @@ type Header struct {
 	Deterministic bool   `json:"deterministic,omitempty"`
 	Seed          uint64 `json:"seed,omitempty"`
 	ClockNanos    int64  `json:"clock_nanos,omitempty"`
+	// Descriptors are the files and directories the guest holds open, in
+	// increasing FD order (format version 2).
+	Descriptors []Descriptor `json:"descriptors,omitempty"`
 }
 
 // Page is one PageSize piece of linear memory.
@@ -306,8 +345,9 @@ func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
 	if n < prefixLen {
 		return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, n)
 	}
-	if v := binary.LittleEndian.Uint32(prefix[12:]); v != Version {
-		return nil, fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, v, Version)
+	version := binary.LittleEndian.Uint32(prefix[12:])
+	if version < MinVersion || version > Version {
+		return nil, fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, version, MinVersion, Version)
 	}
 	hlen := binary.LittleEndian.Uint32(prefix[16:])
 	if hlen > MaxHeader {
@@ -362,6 +402,9 @@ func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
 	}
 	if err := checkHeader(&s.Header, lim); err != nil {
 		return nil, err
+	}
+	if version < 2 && len(s.Header.Descriptors) > 0 {
+		return nil, fmt.Errorf("%w: descriptors in a version %d snapshot", ErrCorrupt, version)
 	}
 	maxPages := s.Header.MemorySize / PageSize
 	// What the body may hold once decompressed: every page, every file.
@@ -473,6 +516,35 @@ func checkCounts(h *Header, kind error) error {
 		return fmt.Errorf("%w: %d mounts, at most %d allowed", kind, len(h.Mounts), MaxMounts)
 	case len(h.Globals) > MaxGlobals:
 		return fmt.Errorf("%w: %d globals, at most %d allowed", kind, len(h.Globals), MaxGlobals)
+	case len(h.Descriptors) > MaxDescriptors:
+		return fmt.Errorf("%w: %d open descriptors, at most %d allowed", kind, len(h.Descriptors), MaxDescriptors)
+	}
+	return checkDescriptors(h, kind)
+}
+
+// checkDescriptors checks each descriptor: its number (3 to MaxFD, in
+// increasing order, so each once), its mount, its path (at most MaxPath
+// bytes, clean, relative) and its access (a directory is read only).
+func checkDescriptors(h *Header, kind error) error {
+	last := int32(2)
+	for _, d := range h.Descriptors {
+		switch {
+		case d.FD <= last || d.FD >= MaxFD:
+			return fmt.Errorf("%w: descriptor %d out of order or outside 3 to %d", kind, d.FD, MaxFD-1)
+		case d.Mount < 0 || d.Mount >= len(h.Mounts):
+			return fmt.Errorf("%w: descriptor %d in mount %d of %d", kind, d.FD, d.Mount, len(h.Mounts))
+		case len(d.Path) > MaxPath:
+			return fmt.Errorf("%w: descriptor %d has a path of %d bytes, at most %d allowed", kind, d.FD, len(d.Path), MaxPath)
+		case d.Path != "." && !validPath(d.Path):
+			return fmt.Errorf("%w: descriptor %d has an invalid path %q", kind, d.FD, d.Path)
+		case d.Offset < 0:
+			return fmt.Errorf("%w: descriptor %d has a negative offset", kind, d.FD)
+		case !d.Read && !d.Write:
+			return fmt.Errorf("%w: descriptor %d is neither readable nor writable", kind, d.FD)
+		case d.Dir && (d.Write || d.Append || d.Offset != 0):
+			return fmt.Errorf("%w: directory descriptor %d opened for writing or at an offset", kind, d.FD)
+		}
+		last = d.FD
 	}
 	return nil
 }
@@ -529,7 +601,7 @@ func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
 		if br.err != nil {
 			break
 		}
-		if plen > 4096 {
+		if plen > MaxPath {
 			return fmt.Errorf("%w: a path of %d bytes", ErrCorrupt, plen)
 		}
 		f.Path = string(br.bytes(int(plen)))

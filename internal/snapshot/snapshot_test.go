@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -26,6 +27,10 @@ func sample() *Snapshot {
 			Args:    []string{"python"}, Env: map[string]string{"A": "1"},
 			Mounts: []Mount{{Path: "/", InMemory: true}, {Path: "/data", ReadOnly: true}},
 			Runs:   2, FuelUsed: 1000,
+			Descriptors: []Descriptor{
+				{FD: 5, Mount: 0, Path: "work/a.txt", Read: true, Write: true, Offset: 3},
+				{FD: 9, Mount: 1, Path: ".", Dir: true, Read: true},
+			},
 		},
 		Pages: []Page{{Index: 1, Data: page}, {Index: 40, Data: page}},
 		Files: []File{
@@ -98,10 +103,13 @@ func TestDecodeRejects(t *testing.T) {
 
 // craft encodes a snapshot around the given JSON header, with an empty
 // body and a valid checksum, as an attacker can.
-func craft(header string) []byte {
+func craft(header string) []byte { return craftVersion(Version, header) }
+
+// craftVersion is craft for a given format version.
+func craftVersion(version uint32, header string) []byte {
 	var b bytes.Buffer
 	b.WriteString("FUMEHOODSNAP")
-	b.Write(binary.LittleEndian.AppendUint32(nil, Version))
+	b.Write(binary.LittleEndian.AppendUint32(nil, version))
 	b.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(header))))
 	b.WriteString(header)
 	b.Write(binary.LittleEndian.AppendUint64(nil, 0))
@@ -218,6 +226,18 @@ func FuzzDecode(f *testing.F) {
 		e := encode(f, s)
 		f.Add(e[:len(e)-sha256.Size]) // the checksum is added back
 	}
+	// Descriptors: a version 1 snapshot, too many, a huge number, a long
+	// path.
+	v1 := craftVersion(1, descriptorHeader(`{"fd":3,"mount":0,"path":"a","read":true}`))
+	f.Add(v1[:len(v1)-sha256.Size])
+	for _, h := range []string{
+		descriptorHeader(strings.Repeat(`{"fd":3,"mount":0,"path":"a","read":true},`, MaxDescriptors) + `{"fd":4,"mount":0,"path":"a","read":true}`),
+		descriptorHeader(`{"fd":2147483647,"mount":0,"path":"a","read":true}`),
+		descriptorHeader(`{"fd":3,"mount":0,"path":"` + strings.Repeat("a", MaxPath+1) + `","read":true}`),
+	} {
+		e := craft(h)
+		f.Add(e[:len(e)-sha256.Size])
+	}
 	// Crafted headers: too many values, too many arguments, too long.
 	for _, h := range []string{listHeader("args", `""`, MaxArgs+1), listHeader("env", `"":""`, 3), listHeader("globals", `{}`, MaxHeaderValues+1)} {
 		e := craft(h)
@@ -250,8 +270,113 @@ func decodeOne(t *testing.T, data []byte) {
 		if err != nil {
 			t.Fatalf("re-encoded snapshot does not decode: %v", err)
 		}
-		if len(again.Pages) != len(s.Pages) || len(again.Files) != len(s.Files) {
+		if len(again.Pages) != len(s.Pages) || len(again.Files) != len(s.Files) || len(again.Header.Descriptors) != len(s.Header.Descriptors) {
 			t.Fatal("re-encoded snapshot differs")
 		}
 	}
+}
+
+// descriptorHeader is a valid header but for its descriptors, the given
+// JSON list items.
+func descriptorHeader(items string) string {
+	return `{"guest":"g","base":"b","memory_size":65536,"asyncify_buffer":8,"mounts":[{"path":"/","in_memory":true}],"args":[],"globals":[],"runs":0,"fuel_used":0,"descriptors":[` + items + `]}`
+}
+
+// emptyBody is the body of a snapshot with no pages and no files.
+func emptyBody(t *testing.T) []byte {
+	var body bytes.Buffer
+	enc, err := zstd.NewWriter(&body)
+	require.NoError(t, err)
+	_, err = enc.Write(make([]byte, 8))
+	require.NoError(t, err)
+	require.NoError(t, enc.Close())
+	return body.Bytes()
+}
+
+// craftWithBody is craftVersion with a body.
+func craftWithBody(version uint32, header string, body []byte) []byte {
+	var b bytes.Buffer
+	b.WriteString("FUMEHOODSNAP")
+	b.Write(binary.LittleEndian.AppendUint32(nil, version))
+	b.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(header))))
+	b.WriteString(header)
+	b.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(body))))
+	b.Write(body)
+	sum := sha256.Sum256(b.Bytes())
+	b.Write(sum[:])
+	return b.Bytes()
+}
+
+func TestDecodeDescriptors(t *testing.T) {
+	body := emptyBody(t)
+	ok := `{"fd":3,"mount":0,"path":"tmp/a.db","read":true,"write":true,"offset":7},{"fd":7,"mount":0,"path":".","dir":true,"read":true}`
+	s, err := Decode(bytes.NewReader(craftWithBody(Version, descriptorHeader(ok), body)), testLimits)
+	require.NoError(t, err)
+	require.Equal(t, []Descriptor{
+		{FD: 3, Mount: 0, Path: "tmp/a.db", Read: true, Write: true, Offset: 7},
+		{FD: 7, Mount: 0, Path: ".", Dir: true, Read: true},
+	}, s.Header.Descriptors)
+
+	for name, items := range map[string]string{
+		"stdio number":       `{"fd":2,"mount":0,"path":"a","read":true}`,
+		"number past MaxFD":  fmt.Sprintf(`{"fd":%d,"mount":0,"path":"a","read":true}`, MaxFD),
+		"same number twice":  `{"fd":3,"mount":0,"path":"a","read":true},{"fd":3,"mount":0,"path":"b","read":true}`,
+		"out of order":       `{"fd":4,"mount":0,"path":"a","read":true},{"fd":3,"mount":0,"path":"b","read":true}`,
+		"no such mount":      `{"fd":3,"mount":1,"path":"a","read":true}`,
+		"negative mount":     `{"fd":3,"mount":-1,"path":"a","read":true}`,
+		"absolute path":      `{"fd":3,"mount":0,"path":"/etc/passwd","read":true}`,
+		"escaping path":      `{"fd":3,"mount":0,"path":"../x","read":true}`,
+		"unclean path":       `{"fd":3,"mount":0,"path":"a/../../x","read":true}`,
+		"empty path":         `{"fd":3,"mount":0,"path":"","read":true}`,
+		"path too long":      `{"fd":3,"mount":0,"path":"` + strings.Repeat("a", MaxPath+1) + `","read":true}`,
+		"negative offset":    `{"fd":3,"mount":0,"path":"a","read":true,"offset":-1}`,
+		"no access":          `{"fd":3,"mount":0,"path":"a"}`,
+		"writable directory": `{"fd":3,"mount":0,"path":"a","dir":true,"read":true,"write":true}`,
+		"unknown field":      `{"fd":3,"mount":0,"path":"a","read":true,"rights":1}`,
+		"too many":           strings.TrimSuffix(strings.Repeat(`{"fd":3,"mount":0,"path":"a","read":true},`, MaxDescriptors+1), ","),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Decode(bytes.NewReader(craftWithBody(Version, descriptorHeader(items), body)), testLimits)
+			require.ErrorIs(t, err, ErrCorrupt)
+		})
+	}
+}
+
+// TestDecodeVersion1 shows that a version 1 snapshot (before descriptors)
+// still decodes, and that one claiming descriptors is refused.
+func TestDecodeVersion1(t *testing.T) {
+	body := emptyBody(t)
+	noFiles := `{"guest":"g","base":"b","memory_size":65536,"asyncify_buffer":8,"mounts":[{"path":"/","in_memory":true}],"args":[],"globals":[],"runs":0,"fuel_used":0}`
+	s, err := Decode(bytes.NewReader(craftWithBody(1, noFiles, body)), testLimits)
+	require.NoError(t, err)
+	assert.Empty(t, s.Header.Descriptors)
+
+	_, err = Decode(bytes.NewReader(craftWithBody(1, descriptorHeader(`{"fd":3,"mount":0,"path":"a","read":true}`), body)), testLimits)
+	require.ErrorIs(t, err, ErrCorrupt)
+
+	_, err = Decode(bytes.NewReader(craftWithBody(Version+1, noFiles, body)), testLimits)
+	require.ErrorIs(t, err, ErrVersion)
+	_, err = Decode(bytes.NewReader(craftWithBody(0, noFiles, body)), testLimits)
+	require.ErrorIs(t, err, ErrVersion)
+}
+
+// TestDecodeBoundsDescriptors shows that a header of the most descriptors
+// with the longest paths it can hold costs the decoder a bounded amount.
+func TestDecodeBoundsDescriptors(t *testing.T) {
+	body := emptyBody(t)
+	item := `{"fd":%d,"mount":0,"path":"` + strings.Repeat("a", 200) + `","read":true}`
+	var items []string
+	for i := 0; i < MaxDescriptors; i++ {
+		items = append(items, fmt.Sprintf(item, i+3))
+	}
+	data := craftWithBody(Version, descriptorHeader(strings.Join(items, ",")), body)
+	require.Less(t, len(data), MaxHeader)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s, err := Decode(bytes.NewReader(data), testLimits)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Len(t, s.Header.Descriptors, MaxDescriptors)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8*MaxHeader), "decoding allocated too much")
 }
