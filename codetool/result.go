@@ -48,6 +48,8 @@ type Result struct {
 	Err error `json:"-"`
 	// Run is the sandbox's result, nil when the code did not run.
 	Run *sandbox.Result `json:"-"`
+
+	maxOutput int // the limit texts were cut at, for Text; 0 if unknown
 }
 
 // Exception is a Python exception in a Result.
@@ -113,7 +115,7 @@ func StoppedBy(stop sandbox.StopReason) string {
 // Python exception, a limit and any other error set IsError; res may be
 // nil when the run failed before it began.
 func FromRun(res *sandbox.Result, err error, maxOutput int) *Result {
-	r := &Result{Run: res, Err: err, IsError: err != nil}
+	r := &Result{Run: res, Err: err, IsError: err != nil, maxOutput: maxOutput}
 	if res == nil {
 		if err == nil {
 			err = errors.New("no result")
@@ -193,7 +195,8 @@ func Clip(text string, n int) (string, bool) {
 
 // Text renders the result for a model: labelled sections for stdout,
 // stderr, the value, the exception (with its traceback unless stderr
-// already holds it), the limit or error, the files produced, and notes.
+// already holds it), the limit or error, the files produced, what was cut
+// at the output limit, and notes.
 // A result with none of them reads "(no output)".
 func (r *Result) Text() string {
 	var b strings.Builder
@@ -236,7 +239,12 @@ func (r *Result) Text() string {
 		}
 	}
 	if len(r.Truncated) > 0 {
-		fmt.Fprintf(&b, "(past the limit, some was dropped: %s)\n", strings.Join(r.Truncated, ", "))
+		limit := ""
+		if r.maxOutput > 0 {
+			limit = fmt.Sprintf(" of %d bytes", r.maxOutput)
+		}
+		fmt.Fprintf(&b, "(cut: %s went past the output limit%s, and the rest was dropped; "+
+			"print less, or write it to a file under /work and read parts of it)\n", strings.Join(r.Truncated, ", "), limit)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
