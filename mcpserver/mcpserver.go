@@ -74,8 +74,10 @@ type Options struct {
 	// Mounts are host directories mounted in every sandbox and session the
 	// server makes (run_python, session_create, session_restore), as
 	// sandbox.SessionConfig.Mounts: read-only ones as they are, read-write
-	// ones shared by all of them, each within its Quota. The instructions
-	// name them.
+	// ones shared by all of them, each within its Quota, which each
+	// sandbox counts from what the directory holds when it starts (so the
+	// sandboxes open at once may together add that many quotas). The
+	// instructions name them.
 	Mounts []sandbox.Mount
 	// SnapshotDir is where session_snapshot writes and session_restore
 	// reads snapshots; empty disables both tools. Each MCP session that
