@@ -43,23 +43,23 @@ const ResultShows = "The result shows stdout, stderr, the value of the code's la
 // Rollback says what a run stopped by a limit leaves, for a model.
 const Rollback = "A run stopped by a limit leaves the state as it was before the run."
 
-// statefulIntro and filesShown are the parts of Description that are the
-// code tool's own.
-const (
-	statefulIntro = "Run Python code and see what it did. State lasts between calls of this conversation, " +
-		"as in a notebook: variables, imports, functions and files stay. "
-	filesShown = " It also lists the files the run created or changed under /work; images (PNG, JPEG, SVG) are attached, " +
-		"so draw a chart by writing one there (SVG text, or PNG with zlib). "
-)
+// FilesShown says, for a model, that a result lists the files a run made
+// and attaches images: Description and the MCP server's run tools use it.
+const FilesShown = "It also lists the files the run created or changed under /work; images (PNG, JPEG, SVG) are attached, " +
+	"so draw a chart by writing one there (SVG text, or PNG with zlib)."
+
+// statefulIntro is the part of Description that is the code tool's own.
+const statefulIntro = "Run Python code and see what it did. State lasts between calls of this conversation, " +
+	"as in a notebook: variables, imports, functions and files stay. "
 
 // Description is the tool's description, for the model: what a call does,
 // what its result shows, and Instructions. Tool.Description gives it with
 // the instructions for the tool's guest, network and mounts.
-const Description = statefulIntro + ResultShows + filesShown + Rollback + " " + Instructions
+const Description = statefulIntro + ResultShows + " " + FilesShown + " " + Rollback + " " + Instructions
 
 // describe returns Description with other instructions.
 func describe(instructions string) string {
-	return statefulIntro + ResultShows + filesShown + Rollback + " " + instructions
+	return statefulIntro + ResultShows + " " + FilesShown + " " + Rollback + " " + instructions
 }
 
 // inputSchema is the JSON schema of the tool's input.

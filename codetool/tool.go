@@ -263,7 +263,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		t.mu.Unlock()
 	}()
 
-	before := t.listFiles(c.s.Sandbox())
+	w := WatchFiles(c.s.Sandbox(), t.opts.OutputDir, t.opts.MaxImageBytes)
 	res, err := c.s.Run(ctx, in.Code, cfg)
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		// A run stopped while files were open could not be rolled back.
@@ -285,7 +285,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	if c.ended {
 		r.Notes = append(r.Notes, "the session was closed: the next call starts a fresh interpreter, without this conversation's variables and files")
 	} else if res != nil {
-		r.Files, err = t.produced(c.s.Sandbox(), before)
+		r.Files, err = w.Changed()
 		if err != nil {
 			r.cut("files")
 		}
@@ -548,78 +548,6 @@ func (t *Tool) Close() error {
 		<-c.turn
 	}
 	return nil
-}
-
-// stamp is what tells a file changed.
-type stamp struct {
-	size  int64
-	mtime time.Time
-}
-
-// listFiles returns the regular files under the output directory, at
-// most maxWalk entries looked at.
-func (t *Tool) listFiles(sb *sandbox.Sandbox) map[string]stamp {
-	files := map[string]stamp{}
-	seen := 0
-	var walk func(dir string) bool
-	walk = func(dir string) bool {
-		entries, err := sb.ReadDir(dir)
-		if err != nil {
-			return true
-		}
-		for _, e := range entries {
-			if seen++; seen > maxWalk {
-				return false
-			}
-			p := path.Join(dir, e.Name())
-			if e.IsDir() {
-				if !walk(p) {
-					return false
-				}
-				continue
-			}
-			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-				files[p] = stamp{fi.Size(), fi.ModTime()}
-			}
-		}
-		return true
-	}
-	walk(t.opts.OutputDir)
-	return files
-}
-
-// errTooManyFiles reports a listing cut at maxFiles.
-var errTooManyFiles = errors.New("too many files")
-
-// produced returns the files new or changed since before, images with
-// their content.
-func (t *Tool) produced(sb *sandbox.Sandbox, before map[string]stamp) ([]File, error) {
-	after := t.listFiles(sb)
-	var names []string
-	for p, st := range after {
-		if old, ok := before[p]; !ok || old != st {
-			names = append(names, p)
-		}
-	}
-	slices.Sort(names)
-	var err error
-	if len(names) > maxFiles {
-		names, err = names[:maxFiles], errTooManyFiles
-	}
-	files := make([]File, 0, len(names))
-	images := 0
-	for _, p := range names {
-		name, _ := Clip(p, 1024)
-		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
-		if f.MediaType != "" && f.Size <= int64(t.opts.MaxImageBytes) && images < maxImages {
-			if data, rerr := sb.ReadFile(p); rerr == nil && len(data) <= t.opts.MaxImageBytes {
-				f.Data = data
-				images++
-			}
-		}
-		files = append(files, f)
-	}
-	return files, err
 }
 
 // imageType is the media type of an image file by its name, or "".

@@ -210,8 +210,11 @@ func TestSchemasAndInstructions(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &s))
 		schemas[tool.Name] = s.Properties
 		if tool.Name == "run_python" {
-			assert.Contains(t, tool.Description, codetool.ResultShows)
 			assert.Contains(t, tool.Description, instructions)
+		}
+		if tool.Name == "run_python" || tool.Name == "session_run" {
+			assert.Contains(t, tool.Description, codetool.ResultShows)
+			assert.Contains(t, tool.Description, codetool.FilesShown)
 		}
 		for name, p := range s.Properties {
 			assert.NotEmpty(t, p.(map[string]any)["description"], "%s.%s", tool.Name, name)
@@ -273,4 +276,41 @@ func TestMounts(t *testing.T) {
 	res = call(t, cs, "session_run", map[string]any{"session_id": id, "code": "open('/out/big', 'wb').write(b'x' * (2 << 20))"}, nil)
 	assert.True(t, res.IsError, "past the quota")
 	assert.Contains(t, text(res), "No space left on device")
+}
+
+// TestRunAttachesImages: a run that draws a chart under /work gets it
+// back in its result, as the code tool does: PNG as image content (byte
+// for byte), SVG as text, every new or changed file listed in the text.
+func TestRunAttachesImages(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	srv, err := mcpserver.New(py, nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+	id := create(t, cs)
+	code := pngCode + "\nopen('/work/c.svg', 'w').write('<svg/>')\nopen('/work/data.csv', 'w').write('a,b')\nopen('/tmp/t', 'w').write('x')\n" +
+		"hashlib.sha256(png).hexdigest()"
+	for _, tool := range []string{"run_python", "session_run"} {
+		args := map[string]any{"code": code}
+		if tool == "session_run" {
+			args["session_id"] = id
+		}
+		res := call(t, cs, tool, args, nil)
+		require.False(t, res.IsError, text(res))
+		require.Len(t, res.Content, 3, tool)
+		img, ok := res.Content[2].(*mcp.ImageContent)
+		require.True(t, ok, "%s: %T", tool, res.Content[2])
+		assert.Equal(t, "image/png", img.MIMEType)
+		got := sha256.Sum256(img.Data)
+		assert.Equal(t, "'"+hex.EncodeToString(got[:])+"'", valueOf(t, res), tool)
+		assert.Equal(t, "/work/c.svg (image/svg+xml):\n<svg/>", res.Content[1].(*mcp.TextContent).Text)
+		txt := res.Content[0].(*mcp.TextContent).Text
+		assert.Contains(t, txt, "files:\n  /work/c.svg (6 bytes, image/svg+xml, attached)\n  /work/chart.png (")
+		assert.Contains(t, txt, "  /work/data.csv (3 bytes)\n")
+		assert.NotContains(t, txt, "/tmp/t")
+	}
+	// Unchanged files are not listed again.
+	res := call(t, cs, "session_run", map[string]any{"session_id": id, "code": "1"}, nil)
+	assert.Equal(t, "value: 1\n", text(res))
+	assert.Len(t, res.Content, 1)
 }

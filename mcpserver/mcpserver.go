@@ -368,10 +368,12 @@ func addTool[In, Out any](s *Server, name, description string, h mcp.ToolHandler
 func (s *Server) addTools() error {
 	errs := []error{
 		addTool(s, "run_python", "Run Python code in a fresh interpreter; nothing is kept after the call "+
-			"(use session_create and session_run for state that lasts). "+codetool.ResultShows+" "+s.instructions, s.runPython),
+			"(use session_create and session_run for state that lasts). "+codetool.ResultShows+" "+codetool.FilesShown+" "+
+			s.instructions, s.runPython),
 		addTool(s, "session_create", "Start a Python session whose variables, imports and files last between session_run calls, "+
 			"as in a notebook; close it with session_close when done.", s.sessionCreate),
-		addTool(s, "session_run", "Run Python code in a session. "+codetool.ResultShows+" "+codetool.Rollback, s.sessionRun),
+		addTool(s, "session_run", "Run Python code in a session. "+codetool.ResultShows+" "+codetool.FilesShown+" "+
+			codetool.Rollback, s.sessionRun),
 		addTool(s, "session_files", "Read, write or list files in a session's filesystem. A text file is read as text, "+
 			"an image (PNG, JPEG, GIF, WebP) as an image, any other binary file as base64; "+
 			"write binary data by sending it in base64 with encoding base64.", s.sessionFiles),
@@ -399,14 +401,25 @@ func (s *Server) sessionConfig(env map[string]string) *sandbox.SessionConfig {
 	return &sandbox.SessionConfig{Env: env, MemoryLimit: s.opts.MemoryLimit, Network: s.opts.Network, Mounts: s.opts.Mounts}
 }
 
+// outputDir is where a run's new and changed files are looked for.
+const outputDir = "/work"
+
+// maxImage is the largest image a result attaches: one whose base64 fits
+// MaxOutput.
+func (s *Server) maxImage() int { return max(1, s.opts.MaxOutput/4*3) }
+
 // result turns a run's outcome into a tool result, formatted for the
 // model as codetool formats it. A Python exception or a limit is an error
 // result the model sees; other errors are too, with their message. Every
 // text is cut to the server's MaxOutput bytes here, whatever the sandbox
-// kept, and sent once: the text content holds at most five of them
-// (stdout, stderr, value, exception or error, traceback unless stderr
-// holds it) and says what was cut; the structured content holds none.
-func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, RunOutput, error) {
+// kept, and sent once: the text content holds at most six of them
+// (stdout, stderr, value, exception type and message or error,
+// traceback unless stderr holds it) and says what was cut; the structured
+// content holds none. With w, the text lists the files the run created or
+// changed under /work (at most 64), and the first 8 images among them
+// whose base64 fits MaxOutput are attached: PNG and JPEG as image content,
+// SVG as text.
+func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp.CallToolResult, RunOutput, error) {
 	var out RunOutput
 	if res == nil {
 		if err == nil {
@@ -415,6 +428,12 @@ func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, Ru
 		return nil, out, err
 	}
 	r := codetool.FromRun(res, err, s.opts.MaxOutput)
+	if w != nil {
+		var ferr error
+		if r.Files, ferr = w.Changed(); ferr != nil {
+			r.Truncated = append(r.Truncated, "files")
+		}
+	}
 	out = RunOutput{
 		ExitCode: res.ExitCode, FuelUsed: res.FuelUsed, WallMS: float64(res.Duration.Microseconds()) / 1000,
 		StoppedBy: r.StoppedBy, Truncated: r.Truncated,
@@ -423,6 +442,13 @@ func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, Ru
 		out.Exception = trunc(e.Type, 200)
 	}
 	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: r.Text()}}}
+	for _, f := range r.Images() {
+		if f.IsRaster() {
+			tr.Content = append(tr.Content, &mcp.ImageContent{Data: f.Data, MIMEType: f.MediaType})
+		} else {
+			tr.Content = append(tr.Content, &mcp.TextContent{Text: f.Path + " (" + f.MediaType + "):\n" + trunc(string(f.Data), s.opts.MaxOutput)})
+		}
+	}
 	tr.IsError = r.IsError
 	return tr, out, nil
 }
@@ -558,7 +584,9 @@ func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunIn
 			return nil, RunOutput{}, err
 		}
 	}
-	return s.result(ss.Run(ctx, in.Code, cfg))
+	w := codetool.WatchFiles(ss.Sandbox(), outputDir, s.maxImage())
+	res, err := ss.Run(ctx, in.Code, cfg)
+	return s.result(res, err, w)
 }
 
 func writeFile(sb *sandbox.Sandbox, name string, content []byte) error {
@@ -686,17 +714,19 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in Se
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
+	w := codetool.WatchFiles(ss.s.Sandbox(), outputDir, s.maxImage())
 	res, err := ss.s.Run(ctx, in.Code, cfg)
 	done()
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		s.drop(ss)
+		w = nil
 	} else {
 		// A model takes seconds between calls: idle, a session needs only
 		// its changed pages (0.5 MB, not 15). With files held open it
 		// stays awake (ErrOpenFiles), which is fine.
 		_ = ss.s.Hibernate()
 	}
-	return s.result(res, err)
+	return s.result(res, err, w)
 }
 
 // drop forgets and closes a session that closed itself.
