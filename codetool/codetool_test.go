@@ -268,6 +268,8 @@ print(open("/work/data.csv").read().count("\n"))
 	assert.Len(t, r.Files, 64)
 	assert.Len(t, r.Images(), 8)
 	assert.Equal(t, []string{"files"}, r.Truncated)
+	assert.Contains(t, r.Text(), "(only the first 64 files are listed)\n")
+	assert.NotContains(t, r.Text(), "went past the output limit")
 }
 
 // TestMaxSessionsAndIdle: an idle session is closed and the next call

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -238,13 +239,17 @@ func (r *Result) Text() string {
 			b.WriteString(")\n")
 		}
 	}
-	if len(r.Truncated) > 0 {
+	texts := slices.DeleteFunc(slices.Clone(r.Truncated), func(w string) bool { return w == "files" })
+	if len(texts) > 0 {
 		limit := ""
 		if r.maxOutput > 0 {
 			limit = fmt.Sprintf(" of %d bytes", r.maxOutput)
 		}
 		fmt.Fprintf(&b, "(cut: %s went past the output limit%s, and the rest was dropped; "+
-			"print less, or write it to a file under /work and read parts of it)\n", strings.Join(r.Truncated, ", "), limit)
+			"print less, or write it to a file under /work and read parts of it)\n", strings.Join(texts, ", "), limit)
+	}
+	if len(texts) < len(r.Truncated) {
+		fmt.Fprintf(&b, "(only the first %d files are listed)\n", maxFiles)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
