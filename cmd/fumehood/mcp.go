@@ -29,7 +29,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			"A call may lower --timeout and --fuel, never raise them. --max-sessions, --max-runs\n"+
 			"and --memory-budget bound all clients together; over HTTP each client sees only\n"+
 			"its own sessions and snapshots. --mount and --volume directories are in every\n"+
-			"sandbox and session, shared by all of them (a read-write one within its quota).\n\nFlags:\n")
+			"sandbox and session, shared by all of them (a read-write one within its quota,\n"+
+			"counted per sandbox).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run (a call may ask for less)")
