@@ -17,6 +17,7 @@ import (
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 func newTool(t *testing.T, o *codetool.Options) *codetool.Tool {
@@ -44,7 +45,37 @@ func TestSchemaAndDescription(t *testing.T) {
 	_, err := json.Marshal(s2)
 	require.NoError(t, err)
 	assert.Contains(t, codetool.Description, codetool.Instructions)
+	assert.Contains(t, codetool.Description, codetool.ResultShows)
 	assert.Equal(t, "run_python", codetool.Name)
+}
+
+// TestInstructionsFromTheGuest: the instructions are one text, filled in
+// from what the guest has (Probe) and what network and mounts the host
+// gives: Instructions is that text for the npm guest with none.
+func TestInstructionsFromTheGuest(t *testing.T) {
+	py := testenv.PythonSessions(t)
+	info, err := codetool.Probe(context.Background(), py)
+	require.NoError(t, err)
+	assert.Equal(t, codetool.NPMGuest, info, "the test guest is the npm guest")
+	assert.Equal(t, codetool.Instructions, codetool.InstructionsFor(codetool.NPMGuest, nil, nil))
+	tool := newTool(t, nil)
+	assert.Equal(t, codetool.Instructions, tool.Instructions())
+	assert.Equal(t, codetool.Description, tool.Description())
+
+	// Another guest, a network and mounts.
+	got := codetool.InstructionsFor(codetool.GuestInfo{Version: "3.13.5", Lacks: []string{"ctypes"}},
+		&netpolicy.Policy{Allow: []netpolicy.Rule{{Scheme: "https", Host: "api.example.com"}, {Host: "*.example.org"}}},
+		[]sandbox.Mount{{Path: "/data", ReadOnly: true}, {Path: "/out"}})
+	assert.Contains(t, got, "Python 3.13.5 (CPython")
+	assert.Contains(t, got, "; ctypes is missing.")
+	assert.NotContains(t, got, "lzma")
+	assert.Contains(t, got, "only to https://api.example.com, http(s)://*.example.org; no raw sockets.")
+	assert.NotContains(t, got, "No network")
+	assert.Contains(t, got, "host directories are mounted at /data (read-only), /out (read-write).")
+	tool = newTool(t, &codetool.Options{Network: &netpolicy.Policy{Allow: []netpolicy.Rule{{Host: "example.com"}}}})
+	assert.Contains(t, tool.Description(), "only to http(s)://example.com;")
+	assert.Contains(t, codetool.InstructionsFor(codetool.GuestInfo{Version: "3.13.5"}, nil, nil),
+		"(no numpy, pandas or matplotlib). No network")
 }
 
 // TestParseInput: every bad argument is an ErrBadArguments that says what
@@ -113,7 +144,8 @@ func TestResultText(t *testing.T) {
 		Truncated: []string{"stdout"}, Notes: []string{"n1"}}
 	assert.Equal(t, "stdout:\nhi\nvalue: 42\nexception: ValueError: bad\ntraceback:\nTraceback...\nValueError: bad\n"+
 		"files:\n  /work/a.png (3 bytes, image/png, attached)\n  /work/b.csv (9 bytes)\n"+
-		"(past the limit, some was dropped: stdout)\nnote: n1\n", r.Text())
+		"(cut: stdout went past the output limit, and the rest was dropped; print less, or write it to a file under /work and read parts of it)\n"+
+		"note: n1\n", r.Text())
 	assert.Len(t, r.Images(), 1)
 	assert.True(t, r.Images()[0].IsRaster())
 	assert.Equal(t, "AQID", r.Images()[0].Base64())
@@ -236,23 +268,21 @@ print(open("/work/data.csv").read().count("\n"))
 	assert.Len(t, r.Files, 64)
 	assert.Len(t, r.Images(), 8)
 	assert.Equal(t, []string{"files"}, r.Truncated)
+	assert.Contains(t, r.Text(), "(only the first 64 files are listed)\n")
+	assert.NotContains(t, r.Text(), "went past the output limit")
 }
 
-// TestMaxSessionsAndIdle: a conversation past MaxSessions is refused with
-// ErrTooManySessions; an idle session is closed and the next call starts
-// a fresh one.
+// TestMaxSessionsAndIdle: an idle session is closed and the next call
+// starts a fresh one, whose result says so.
 func TestMaxSessionsAndIdle(t *testing.T) {
 	tool := newTool(t, &codetool.Options{MaxSessions: 1, IdleTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	r := tool.Call(ctx, "one", args("v = 1"))
 	require.False(t, r.IsError, r.Text())
-	r = tool.Call(ctx, "two", args("1"))
-	assert.ErrorIs(t, r.Err, codetool.ErrTooManySessions)
-	assert.Contains(t, r.Text(), "too many live sessions")
-
 	require.Eventually(t, func() bool { return tool.Sessions() == 0 }, 10*time.Second, 20*time.Millisecond)
 	r = tool.Call(ctx, "two", args("2"))
 	require.False(t, r.IsError, r.Text())
+	assert.Empty(t, r.Notes)
 	r = tool.Call(ctx, "two", args("v"))
 	assert.True(t, r.IsError, "conversation two never set v")
 	assert.Empty(t, r.Notes)
@@ -262,6 +292,54 @@ func TestMaxSessionsAndIdle(t *testing.T) {
 	r = tool.Call(ctx, "one", args("v"))
 	assert.True(t, r.IsError)
 	assert.Contains(t, r.Text(), "note: this conversation's previous session was closed after 300ms without calls")
+}
+
+// TestMaxSessionsEvictsLeastRecent: past MaxSessions, a new conversation
+// closes the session of the one least recently called (its next call
+// says its state is gone), so a new conversation is not locked out by
+// idle ones; only when every session has a call in progress is it
+// refused with ErrTooManySessions.
+func TestMaxSessionsEvictsLeastRecent(t *testing.T) {
+	tool := newTool(t, &codetool.Options{MaxSessions: 2})
+	ctx := context.Background()
+	for _, c := range []string{"a", "b", "a"} {
+		r := tool.Call(ctx, c, args("v = '"+c+"'"))
+		require.False(t, r.IsError, r.Text())
+	}
+	// b is the least recently called: c takes its place.
+	r := tool.Call(ctx, "c", args("v = 'c'"))
+	require.False(t, r.IsError, r.Text())
+	assert.Empty(t, r.Notes)
+	assert.Equal(t, 2, tool.Sessions())
+	r = tool.Call(ctx, "a", args("v"))
+	require.False(t, r.IsError, r.Text())
+	assert.Equal(t, "'a'", *r.Value, "a was used more recently than b: kept")
+	r = tool.Call(ctx, "b", args("v"))
+	assert.True(t, r.IsError, "b's state is gone: %s", r.Text())
+	assert.Contains(t, r.Text(), "NameError")
+	assert.Contains(t, r.Text(), "note: this conversation's previous session was closed to make room for another conversation "+
+		"(this tool keeps at most 2 sessions, and closes the least recently used first)")
+	// b took c's place (c was older than a): a is still there.
+	r = tool.Call(ctx, "a", args("v"))
+	require.False(t, r.IsError, r.Text())
+	assert.Equal(t, "'a'", *r.Value)
+	assert.Empty(t, r.Notes)
+
+	// With both sessions in a call, a third conversation is refused.
+	busy := make(chan *codetool.Result, 2)
+	for _, c := range []string{"a", "b"} {
+		go func() { busy <- tool.Call(ctx, c, args("import time\ntime.sleep(1.5)")) }()
+	}
+	time.Sleep(500 * time.Millisecond)
+	r = tool.Call(ctx, "d", args("1"))
+	assert.ErrorIs(t, r.Err, codetool.ErrTooManySessions)
+	assert.Contains(t, r.Text(), "all have a call in progress")
+	for range 2 {
+		r := <-busy
+		assert.False(t, r.IsError, r.Text())
+	}
+	r = tool.Call(ctx, "d", args("1"))
+	assert.False(t, r.IsError, "once a call ends its session can make room: %s", r.Text())
 }
 
 // TestConcurrentConversations: calls of several conversations at once,

@@ -23,23 +23,44 @@ import "maps"
 // Name is the tool's name, as the model sees it.
 const Name = "run_python"
 
-// Instructions say what the sandbox has and lacks, for a model. The MCP
-// server (package mcpserver) gives them as its instructions; Description
-// holds them too.
-const Instructions = "Python 3.12 (CPython compiled to WebAssembly) with the standard library only: " +
-	"no pip and no third-party packages (no numpy, pandas or matplotlib); ssl, ctypes and lzma are missing. " +
-	"No network unless the host allows some sites, no subprocesses, no threads. " +
+// Instructions say what the sandbox has and lacks, for a model:
+// InstructionsFor's text for the npm guest (NPMGuest) with no network and
+// no mounts. Tool.Instructions and the MCP server give the text for the
+// guest they run and the network and mounts they give it; Description
+// holds this one.
+const Instructions = "Python 3.12.0 (CPython compiled to WebAssembly) with the standard library only: " +
+	"no pip and no third-party packages (no numpy, pandas or matplotlib); ssl, ctypes, lzma, multiprocessing and time-zone data are missing. " +
+	"No network: urllib, http.client and sockets raise PermissionError. " +
+	"No subprocesses. One thread: threading.Thread.start fails, while asyncio and concurrent.futures.ThreadPoolExecutor work, running tasks one after another. " +
 	"The filesystem is in memory: keep data and results under /work, scratch files under /tmp. " +
 	"Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped."
 
+// ResultShows says what a run's result shows, for a model: Description
+// and the MCP server's run tools use it.
+const ResultShows = "The result shows stdout, stderr, the value of the code's last expression (when it ends in one) " +
+	"and an exception with its traceback; a text past the output limit is cut, and the result says so."
+
+// Rollback says what a run stopped by a limit leaves, for a model.
+const Rollback = "A run stopped by a limit leaves the state as it was before the run."
+
+// FilesShown says, for a model, that a result lists the files a run made
+// and attaches images: Description and the MCP server's run tools use it.
+const FilesShown = "It also lists the files the run created or changed under /work; images (PNG, JPEG, SVG) are attached, " +
+	"so draw a chart by writing one there (SVG text, or PNG with zlib)."
+
+// statefulIntro is the part of Description that is the code tool's own.
+const statefulIntro = "Run Python code and see what it did. State lasts between calls of this conversation, " +
+	"as in a notebook: variables, imports, functions and files stay. "
+
 // Description is the tool's description, for the model: what a call does,
-// what its result shows, and Instructions.
-const Description = "Run Python code and see what it did. State lasts between calls of this conversation, " +
-	"as in a notebook: variables, imports, functions and files stay. The result shows stdout, stderr, " +
-	"the value of the code's last expression, an exception with its traceback, and the files the run created " +
-	"or changed under /work; images (PNG, JPEG, SVG) are attached, so draw a chart by writing one there " +
-	"(SVG text, or PNG with zlib). A run stopped by a limit leaves the state as it was before the run. " +
-	Instructions
+// what its result shows, and Instructions. Tool.Description gives it with
+// the instructions for the tool's guest, network and mounts.
+const Description = statefulIntro + ResultShows + " " + FilesShown + " " + Rollback + " " + Instructions
+
+// describe returns Description with other instructions.
+func describe(instructions string) string {
+	return statefulIntro + ResultShows + " " + FilesShown + " " + Rollback + " " + instructions
+}
 
 // inputSchema is the JSON schema of the tool's input.
 var inputSchema = map[string]any{

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -48,6 +49,8 @@ type Result struct {
 	Err error `json:"-"`
 	// Run is the sandbox's result, nil when the code did not run.
 	Run *sandbox.Result `json:"-"`
+
+	maxOutput int // the limit texts were cut at, for Text; 0 if unknown
 }
 
 // Exception is a Python exception in a Result.
@@ -113,7 +116,7 @@ func StoppedBy(stop sandbox.StopReason) string {
 // Python exception, a limit and any other error set IsError; res may be
 // nil when the run failed before it began.
 func FromRun(res *sandbox.Result, err error, maxOutput int) *Result {
-	r := &Result{Run: res, Err: err, IsError: err != nil}
+	r := &Result{Run: res, Err: err, IsError: err != nil, maxOutput: maxOutput}
 	if res == nil {
 		if err == nil {
 			err = errors.New("no result")
@@ -193,7 +196,8 @@ func Clip(text string, n int) (string, bool) {
 
 // Text renders the result for a model: labelled sections for stdout,
 // stderr, the value, the exception (with its traceback unless stderr
-// already holds it), the limit or error, the files produced, and notes.
+// already holds it), the limit or error, the files produced, what was cut
+// at the output limit, and notes.
 // A result with none of them reads "(no output)".
 func (r *Result) Text() string {
 	var b strings.Builder
@@ -235,8 +239,17 @@ func (r *Result) Text() string {
 			b.WriteString(")\n")
 		}
 	}
-	if len(r.Truncated) > 0 {
-		fmt.Fprintf(&b, "(past the limit, some was dropped: %s)\n", strings.Join(r.Truncated, ", "))
+	texts := slices.DeleteFunc(slices.Clone(r.Truncated), func(w string) bool { return w == "files" })
+	if len(texts) > 0 {
+		limit := ""
+		if r.maxOutput > 0 {
+			limit = fmt.Sprintf(" of %d bytes", r.maxOutput)
+		}
+		fmt.Fprintf(&b, "(cut: %s went past the output limit%s, and the rest was dropped; "+
+			"print less, or write it to a file under /work and read parts of it)\n", strings.Join(texts, ", "), limit)
+	}
+	if len(texts) < len(r.Truncated) {
+		fmt.Fprintf(&b, "(only the first %d files are listed)\n", maxFiles)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)

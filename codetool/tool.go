@@ -2,6 +2,7 @@ package codetool
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,8 +24,8 @@ var (
 	// unknown field or the wrong type, lacked the code, held too much of
 	// it, or asked for a negative limit.
 	ErrBadArguments = errors.New("codetool: bad arguments")
-	// ErrTooManySessions: Options.MaxSessions conversations have a live
-	// session; End one, or wait for one to go idle.
+	// ErrTooManySessions: Options.MaxSessions conversations have a call
+	// in progress, so none could be closed to make room for another.
 	ErrTooManySessions = errors.New("codetool: too many live sessions")
 	// ErrClosed: the tool was closed.
 	ErrClosed = errors.New("codetool: the tool is closed")
@@ -48,7 +49,7 @@ const (
 	maxImages = 8
 	maxWalk   = 20_000
 	// maxExpired bounds the conversations remembered as closed for being
-	// idle, to tell the model when its state is gone.
+	// idle or to make room, to tell the model when its state is gone.
 	maxExpired = 4096
 )
 
@@ -66,7 +67,10 @@ type Options struct {
 	MaxCode int
 	// MaxSessions bounds the conversations with a live session at once;
 	// 0 means DefaultMaxSessions. A call of another conversation past it
-	// is an ErrTooManySessions result.
+	// closes the session of the conversation least recently called that
+	// has no call in progress (its next call starts a fresh interpreter and
+	// its result says so); when all of them have a call in progress it is
+	// an ErrTooManySessions result.
 	MaxSessions int
 	// IdleTimeout closes a conversation's session once it has had no call
 	// for that long; 0 means DefaultIdleTimeout and a negative value
@@ -94,11 +98,22 @@ type Tool struct {
 	opts   Options
 	limits Limits // resolved
 
+	instructions string // InstructionsFor the guest and network
+
 	mu      sync.Mutex
 	closed  bool
 	convs   map[string]*conv
-	expired map[string]bool // conversations whose session idled out
+	expired map[string]gone // conversations whose session was closed, and why
+	clock   uint64          // counts calls, to find the least recently used
 }
+
+// gone is why a conversation's session was closed.
+type gone int
+
+const (
+	goneIdle    gone = iota + 1 // after IdleTimeout without calls
+	goneEvicted                 // to make room for another conversation
+)
 
 // conv is a conversation's session.
 type conv struct {
@@ -107,10 +122,12 @@ type conv struct {
 	timer  *time.Timer
 	cancel func() // stops the call in progress; under Tool.mu
 	ended  bool   // closed; the holder of the turn sets it
+	used   uint64 // Tool.clock when its last call ended; under Tool.mu
 }
 
 // New returns a tool that runs code on py, the session build of the Python
-// guest (sandbox.Options.Sessions).
+// guest (sandbox.Options.Sessions). It probes the guest (Probe) once per
+// process for its Instructions.
 func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if py == nil || !py.IsPython() {
 		return nil, sandbox.ErrNotPython
@@ -146,8 +163,22 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if o.MaxImageBytes == 0 {
 		o.MaxImageBytes = DefaultMaxImageBytes
 	}
-	return &Tool{py: py, opts: o, limits: l, convs: map[string]*conv{}, expired: map[string]bool{}}, nil
+	info, err := Probe(context.Background(), py)
+	if err != nil {
+		return nil, err
+	}
+	return &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil),
+		convs: map[string]*conv{}, expired: map[string]gone{}}, nil
 }
+
+// Instructions says what this tool's sandbox has and lacks, for a model:
+// InstructionsFor the tool's guest and network. Give it as the system
+// prompt's part on the tool, or use Description, which holds it.
+func (t *Tool) Instructions() string { return t.instructions }
+
+// Description is the tool's description for a model, as the package's
+// Description, with the Instructions of this tool's guest and network.
+func (t *Tool) Description() string { return describe(t.instructions) }
 
 // Input is the tool's input, as the model sends it.
 type Input struct {
@@ -210,7 +241,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
-	c, fresh, err := t.acquire(ctx, conversation)
+	c, why, err := t.acquire(ctx, conversation)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
@@ -232,16 +263,21 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		t.mu.Unlock()
 	}()
 
-	before := t.listFiles(c.s.Sandbox())
+	w := WatchFiles(c.s.Sandbox(), t.opts.OutputDir, t.opts.MaxImageBytes)
 	res, err := c.s.Run(ctx, in.Code, cfg)
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		// A run stopped while files were open could not be rolled back.
 		t.endLocked(conversation, c)
 	}
 	r := FromRun(res, err, t.limits.MaxOutput)
-	if fresh {
+	switch why {
+	case goneIdle:
 		r.Notes = append(r.Notes, fmt.Sprintf("this conversation's previous session was closed after %v without calls: "+
 			"this call ran in a fresh interpreter, without the variables and files of earlier calls", t.opts.IdleTimeout))
+	case goneEvicted:
+		r.Notes = append(r.Notes, fmt.Sprintf("this conversation's previous session was closed to make room for another conversation "+
+			"(this tool keeps at most %d sessions, and closes the least recently used first): "+
+			"this call ran in a fresh interpreter, without the variables and files of earlier calls", t.opts.MaxSessions))
 	}
 	if raised {
 		r.Notes = append(r.Notes, fmt.Sprintf("timeout_ms %d is above this tool's limit; the run had %v", in.TimeoutMS, t.limits.Timeout))
@@ -249,7 +285,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	if c.ended {
 		r.Notes = append(r.Notes, "the session was closed: the next call starts a fresh interpreter, without this conversation's variables and files")
 	} else if res != nil {
-		r.Files, err = t.produced(c.s.Sandbox(), before)
+		r.Files, err = w.Changed()
 		if err != nil {
 			r.cut("files")
 		}
@@ -262,54 +298,100 @@ func errResult(err error, maxOutput int) *Result {
 }
 
 // acquire returns the conversation's session, creating it if needed,
-// holding its turn; fresh reports a new session of a conversation whose
-// session was closed for being idle.
-func (t *Tool) acquire(ctx context.Context, id string) (_ *conv, fresh bool, _ error) {
+// holding its turn; why says, for a new session of a conversation whose
+// session was closed, why it was.
+func (t *Tool) acquire(ctx context.Context, id string) (_ *conv, why gone, _ error) {
 	for {
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
-			return nil, false, ErrClosed
+			return nil, 0, ErrClosed
 		}
 		c := t.convs[id]
 		if c == nil {
 			if len(t.convs) >= t.opts.MaxSessions {
+				victim, vid := t.leastRecentLocked()
+				if victim == nil {
+					t.mu.Unlock()
+					return nil, 0, fmt.Errorf("%w: the %d conversations this tool keeps a session for all have a call in progress", ErrTooManySessions, t.opts.MaxSessions)
+				}
 				t.mu.Unlock()
-				return nil, false, fmt.Errorf("%w: %d conversations have a session, the most this tool keeps", ErrTooManySessions, t.opts.MaxSessions)
+				t.endLocked(vid, victim)
+				t.remember(vid, goneEvicted)
+				<-victim.turn
+				continue
 			}
 			c = &conv{turn: make(chan struct{}, 1)}
 			c.turn <- struct{}{}
 			t.convs[id] = c
-			fresh = t.expired[id]
+			why = t.expired[id]
 			delete(t.expired, id)
 			t.mu.Unlock()
 			if err := t.open(ctx, id, c); err != nil {
 				t.endLocked(id, c)
 				<-c.turn
-				return nil, false, err
+				return nil, 0, err
 			}
-			return c, fresh, nil
+			return c, why, nil
 		}
 		t.mu.Unlock()
 		select {
 		case c.turn <- struct{}{}:
 		case <-ctx.Done():
-			return nil, false, fmt.Errorf("waiting for the conversation's previous call: %w", context.Cause(ctx))
+			return nil, 0, fmt.Errorf("waiting for the conversation's previous call: %w", context.Cause(ctx))
 		}
 		t.mu.Lock()
 		closed := t.closed
 		t.mu.Unlock()
 		if closed {
 			<-c.turn
-			return nil, false, ErrClosed
+			return nil, 0, ErrClosed
 		}
 		if c.ended {
 			<-c.turn // closed meanwhile (idle, End): start again
 			continue
 		}
 		t.stopTimer(c)
-		return c, false, nil
+		return c, 0, nil
 	}
+}
+
+// leastRecentLocked takes the turn of the conversation whose last call
+// ended first among those with no call in progress, and returns it; nil
+// when every conversation has a call in progress.
+func (t *Tool) leastRecentLocked() (*conv, string) {
+	type cand struct {
+		id string
+		c  *conv
+	}
+	var cands []cand
+	for id, c := range t.convs {
+		cands = append(cands, cand{id, c})
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.c.used, b.c.used) })
+	for _, k := range cands {
+		select {
+		case k.c.turn <- struct{}{}:
+			if k.c.ended { // cannot be: ended conversations leave convs first
+				<-k.c.turn
+				continue
+			}
+			return k.c, k.id
+		default:
+		}
+	}
+	return nil, ""
+}
+
+// remember records why a conversation's session was closed, for its next
+// call's note.
+func (t *Tool) remember(id string, why gone) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.expired) >= maxExpired {
+		clear(t.expired)
+	}
+	t.expired[id] = why
 }
 
 // stopTimer stops a conversation's idle timer.
@@ -352,6 +434,10 @@ func (t *Tool) releaseTurn(c *conv) {
 		// Open files are carried; one deleted while open keeps it awake
 		// (ErrOpenFiles), which is fine.
 		_ = c.s.Hibernate()
+		t.mu.Lock()
+		t.clock++
+		c.used = t.clock
+		t.mu.Unlock()
 		if t.opts.IdleTimeout > 0 {
 			// After Close no timer starts: Close waits for this turn and
 			// closes the session.
@@ -387,12 +473,7 @@ func (t *Tool) expire(c *conv) {
 	t.mu.Unlock()
 	if found {
 		t.endLocked(id, c)
-		t.mu.Lock()
-		if len(t.expired) >= maxExpired {
-			clear(t.expired)
-		}
-		t.expired[id] = true
-		t.mu.Unlock()
+		t.remember(id, goneIdle)
 	}
 }
 
@@ -468,78 +549,6 @@ func (t *Tool) Close() error {
 		<-c.turn
 	}
 	return nil
-}
-
-// stamp is what tells a file changed.
-type stamp struct {
-	size  int64
-	mtime time.Time
-}
-
-// listFiles returns the regular files under the output directory, at
-// most maxWalk entries looked at.
-func (t *Tool) listFiles(sb *sandbox.Sandbox) map[string]stamp {
-	files := map[string]stamp{}
-	seen := 0
-	var walk func(dir string) bool
-	walk = func(dir string) bool {
-		entries, err := sb.ReadDir(dir)
-		if err != nil {
-			return true
-		}
-		for _, e := range entries {
-			if seen++; seen > maxWalk {
-				return false
-			}
-			p := path.Join(dir, e.Name())
-			if e.IsDir() {
-				if !walk(p) {
-					return false
-				}
-				continue
-			}
-			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-				files[p] = stamp{fi.Size(), fi.ModTime()}
-			}
-		}
-		return true
-	}
-	walk(t.opts.OutputDir)
-	return files
-}
-
-// errTooManyFiles reports a listing cut at maxFiles.
-var errTooManyFiles = errors.New("too many files")
-
-// produced returns the files new or changed since before, images with
-// their content.
-func (t *Tool) produced(sb *sandbox.Sandbox, before map[string]stamp) ([]File, error) {
-	after := t.listFiles(sb)
-	var names []string
-	for p, st := range after {
-		if old, ok := before[p]; !ok || old != st {
-			names = append(names, p)
-		}
-	}
-	slices.Sort(names)
-	var err error
-	if len(names) > maxFiles {
-		names, err = names[:maxFiles], errTooManyFiles
-	}
-	files := make([]File, 0, len(names))
-	images := 0
-	for _, p := range names {
-		name, _ := Clip(p, 1024)
-		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
-		if f.MediaType != "" && f.Size <= int64(t.opts.MaxImageBytes) && images < maxImages {
-			if data, rerr := sb.ReadFile(p); rerr == nil && len(data) <= t.opts.MaxImageBytes {
-				f.Data = data
-				images++
-			}
-		}
-		files = append(files, f)
-	}
-	return files, err
 }
 
 // imageType is the media type of an image file by its name, or "".

@@ -25,14 +25,18 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,7 +45,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fumehood/fumehood/codetool"
@@ -65,6 +71,14 @@ type Options struct {
 	MaxOutput   int
 	// Network is the policy of every sandbox and session; nil is no network.
 	Network *netpolicy.Policy
+	// Mounts are host directories mounted in every sandbox and session the
+	// server makes (run_python, session_create, session_restore), as
+	// sandbox.SessionConfig.Mounts: read-only ones as they are, read-write
+	// ones shared by all of them, each within its Quota, which each
+	// sandbox counts from what the directory holds when it starts (so the
+	// sandboxes open at once may together add that many quotas). The
+	// instructions name them.
+	Mounts []sandbox.Mount
 	// SnapshotDir is where session_snapshot writes and session_restore
 	// reads snapshots; empty disables both tools. Each MCP session that
 	// has an ID (streamable HTTP) has its own subdirectory; a transport
@@ -92,9 +106,10 @@ type Options struct {
 
 // Server holds the compiled guest and the open sessions.
 type Server struct {
-	py   *sandbox.Guest
-	opts Options // with the defaults applied
-	mcp  *mcp.Server
+	py           *sandbox.Guest
+	opts         Options // with the defaults applied
+	mcp          *mcp.Server
+	instructions string // codetool.InstructionsFor the guest, network and mounts
 
 	runs  chan struct{} // a slot per run that may execute at once
 	onRun func(running int)
@@ -117,7 +132,8 @@ type session struct {
 }
 
 // New returns a server that runs code on py, which must be the session
-// build of the Python guest (sandbox.Options.Sessions).
+// build of the Python guest (sandbox.Options.Sessions). It probes the
+// guest once per process (codetool.Probe) for its instructions.
 func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if !py.IsPython() {
 		return nil, sandbox.ErrNotPython
@@ -129,15 +145,25 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if err := o.resolve(); err != nil {
 		return nil, err
 	}
+	info, err := codetool.Probe(context.Background(), py)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{py: py, opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
-		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{})}
+		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
+		instructions: codetool.InstructionsFor(info, o.Network, o.Mounts)}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
-		Instructions: codetool.Instructions + " run_python is a fresh interpreter each time; " +
-			"sessions keep variables, imports and files from one call to the next.",
+		Instructions: s.instructions + " " + toolsNote,
 	})
-	s.addTools()
+	if err := s.addTools(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
+
+// toolsNote ends the server's instructions: how its tools differ.
+const toolsNote = "run_python is a fresh interpreter each time; " +
+	"sessions (session_create, then session_run) keep variables, imports and files from one call to the next."
 
 // maxMemory is the largest memory limit of a sandbox (4 GiB, wasm32's).
 const maxMemory = 1 << 32
@@ -212,76 +238,82 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Limits are the optional limits of a tool call.
+// Limits are the optional limits of a tool call. The schema's
+// descriptions give the server's values (addTools).
 type Limits struct {
-	TimeoutMS int64 `json:"timeout_ms,omitempty" jsonschema:"wall-time limit in milliseconds (at most the server's)"`
-	Fuel      int64 `json:"fuel,omitempty" jsonschema:"CPU budget in WebAssembly instructions (at most the server's)"`
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	Fuel      int64 `json:"fuel,omitempty"`
 }
 
 // RunInput is the input of run_python.
 type RunInput struct {
-	Code  string            `json:"code" jsonschema:"Python source code to run"`
-	Files map[string]string `json:"files,omitempty" jsonschema:"files to create before the run: absolute guest path to text content"`
+	Code        string            `json:"code" jsonschema:"Python source code to run; if it ends in an expression, its value is shown"`
+	Files       map[string]string `json:"files,omitempty" jsonschema:"text files to create before the run: absolute guest path (such as /work/data.csv) to its text"`
+	BinaryFiles map[string]string `json:"binary_files,omitempty" jsonschema:"binary files to create before the run: absolute guest path to its bytes in standard base64"`
 	Limits
 }
 
 // SessionRunInput is the input of session_run.
 type SessionRunInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session, from session_create or session_restore"`
-	Code      string `json:"code" jsonschema:"Python source code to run in the session"`
+	Code      string `json:"code" jsonschema:"Python source code to run in the session; if it ends in an expression, its value is shown"`
 	Limits
 }
 
-// Exception is a Python exception in a tool result.
-type Exception struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback"`
-}
-
-// RunOutput is the result of run_python and session_run. Each of its
-// texts is at most the server's MaxOutput bytes.
+// RunOutput is the structured result of run_python and session_run: what
+// a program reads about the run. The run's texts (stdout, stderr, the
+// value, the exception and its traceback) are in the text content only,
+// which a model reads, so that they are sent once.
 type RunOutput struct {
-	Stdout    string     `json:"stdout"`
-	Stderr    string     `json:"stderr"`
-	Value     *string    `json:"value,omitempty" jsonschema:"repr of the final expression's value, if the code ends in one"`
-	Exception *Exception `json:"exception,omitempty"`
-	ExitCode  int        `json:"exit_code"`
-	StoppedBy string     `json:"stopped_by,omitempty" jsonschema:"the limit that stopped the run: deadline, fuel, memory or output"`
-	FuelUsed  int64      `json:"fuel_used"`
-	WallMS    float64    `json:"wall_ms"`
-	Truncated bool       `json:"truncated,omitempty" jsonschema:"output, value or exception text past the limit was dropped"`
+	ExitCode  int     `json:"exit_code"`
+	Exception string  `json:"exception,omitempty" jsonschema:"the type of the exception the code raised (its message and traceback are in the text)"`
+	StoppedBy string  `json:"stopped_by,omitempty" jsonschema:"the limit that stopped the run: deadline, fuel, memory or output"`
+	FuelUsed  int64   `json:"fuel_used" jsonschema:"WebAssembly instructions the run executed"`
+	WallMS    float64 `json:"wall_ms"`
+	// Truncated names the texts cut at the server's output limit.
+	Truncated []string `json:"truncated,omitempty" jsonschema:"the texts cut at the server's output limit (stdout, stderr, value, exception, error); the text says so too"`
 }
 
 // SessionRef names a session.
 type SessionRef struct {
-	SessionID string `json:"session_id" jsonschema:"the session"`
+	SessionID string `json:"session_id" jsonschema:"the session, from session_create or session_restore"`
 }
 
 // CreateInput is the input of session_create.
 type CreateInput struct {
-	Env map[string]string `json:"env,omitempty" jsonschema:"the session's environment variables"`
+	Env map[string]string `json:"env,omitempty" jsonschema:"the session's environment variables (PYTHONPATH entries are added to sys.path)"`
 }
 
 // FilesInput is the input of session_files.
 type FilesInput struct {
-	SessionID string `json:"session_id" jsonschema:"the session"`
-	Op        string `json:"op" jsonschema:"read, write or list"`
-	Path      string `json:"path" jsonschema:"absolute guest path"`
-	Content   string `json:"content,omitempty" jsonschema:"text to write (op write)"`
+	SessionID string `json:"session_id" jsonschema:"the session, from session_create or session_restore"`
+	Op        string `json:"op" jsonschema:"read a file, write a file (creating its directories) or list a directory"`
+	Path      string `json:"path" jsonschema:"absolute guest path, such as /work/chart.png"`
+	Content   string `json:"content,omitempty" jsonschema:"what to write (op write): text, or bytes in standard base64 with encoding base64"`
+	Encoding  string `json:"encoding,omitempty" jsonschema:"how content is written (op write): utf-8 text (the default) or base64 bytes"`
 }
 
-// FilesOutput is the result of session_files.
+// FilesOutput is the structured result of session_files. A read's content
+// is sent once, in the content blocks a model reads: a text file as text,
+// a PNG, JPEG, GIF or WebP image as MCP image content, any other binary
+// file as its bytes in standard base64 text (Encoding says which).
 type FilesOutput struct {
-	Content   *string  `json:"content,omitempty"`
-	Entries   []string `json:"entries,omitempty" jsonschema:"names in the directory; directories end in /"`
+	Size      *int64   `json:"size,omitempty" jsonschema:"the file's size in bytes (op read)"`
+	Encoding  string   `json:"encoding,omitempty" jsonschema:"how the file's content is sent (op read): utf-8 text, or base64 bytes (as image content for an image)"`
+	MediaType string   `json:"media_type,omitempty" jsonschema:"the file's media type, for an image (op read)"`
+	Entries   []string `json:"entries,omitempty" jsonschema:"names in the directory; directories end in / (op list)"`
 	Truncated bool     `json:"truncated,omitempty" jsonschema:"the content or the list was cut at the server's output limit"`
 }
 
-// SnapshotInput is the input of session_snapshot and session_restore.
+// SnapshotInput is the input of session_snapshot.
 type SnapshotInput struct {
-	SessionID string `json:"session_id,omitempty" jsonschema:"the session to save (session_snapshot)"`
-	Name      string `json:"name" jsonschema:"the snapshot's name: letters, digits, '-', '_' and '.'"`
+	SessionID string `json:"session_id" jsonschema:"the session to save"`
+	Name      string `json:"name" jsonschema:"the snapshot's name: letters, digits, '-', '_' and '.'; a snapshot of that name is replaced"`
+}
+
+// RestoreInput is the input of session_restore.
+type RestoreInput struct {
+	Name string `json:"name" jsonschema:"the name a snapshot was saved under with session_snapshot"`
 }
 
 // SnapshotOutput is the result of session_snapshot.
@@ -290,30 +322,69 @@ type SnapshotOutput struct {
 	Bytes int64  `json:"bytes"`
 }
 
-func (s *Server) addTools() {
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run_python",
-		Description: "Run Python code in a fresh sandboxed interpreter and return stdout, stderr, the final expression's value and any exception."},
-		s.runPython)
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "session_create",
-		Description: "Start a Python session whose variables, imports and files last between session_run calls."},
-		s.sessionCreate)
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "session_run",
-		Description: "Run Python code in a session; a run stopped by a limit leaves the session as it was before."},
-		s.sessionRun)
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "session_files",
-		Description: "Read, write or list files in a session's filesystem."},
-		s.sessionFiles)
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "session_close",
-		Description: "Close a session and free its memory."},
-		s.sessionClose)
-	if s.opts.SnapshotDir != "" {
-		mcp.AddTool(s.mcp, &mcp.Tool{Name: "session_snapshot",
-			Description: "Save a session under a name, to restore later, even after the server restarts."},
-			s.sessionSnapshot)
-		mcp.AddTool(s.mcp, &mcp.Tool{Name: "session_restore",
-			Description: "Start a session from a snapshot saved with session_snapshot."},
-			s.sessionRestore)
+// The closed sets of the tools' inputs.
+var (
+	fileOps       = []any{"read", "write", "list"}
+	fileEncodings = []any{"utf-8", "base64"}
+)
+
+// inputSchema is the schema of In, with the descriptions of the limits
+// filled in with the server's values and the closed sets as enums.
+func (s *Server) inputSchema(schema *jsonschema.Schema) *jsonschema.Schema {
+	p := schema.Properties
+	if t := p["timeout_ms"]; t != nil {
+		t.Description = "optional: a shorter wall-time limit for this run, in milliseconds"
+		if s.opts.Timeout > 0 {
+			t.Description += fmt.Sprintf("; the server's limit, and the default, is %d", s.opts.Timeout.Milliseconds())
+		}
+		t.Minimum = jsonschema.Ptr(1.0)
 	}
+	if f := p["fuel"]; f != nil {
+		f.Description = fmt.Sprintf("optional: a smaller CPU budget for this run, in WebAssembly instructions; "+
+			"the server's limit, and the default, is %d. For scale: print(1) costs about 2 million, "+
+			"sum(range(10**6)) about 2.4 billion; a billion takes about half a second", s.opts.Fuel)
+		f.Minimum = jsonschema.Ptr(1.0)
+	}
+	if o := p["op"]; o != nil {
+		o.Enum = fileOps
+	}
+	if e := p["encoding"]; e != nil {
+		e.Enum = fileEncodings
+		e.Default = json.RawMessage(`"utf-8"`)
+	}
+	return schema
+}
+
+// addTool adds a tool whose input schema is In's, as inputSchema words it.
+func addTool[In, Out any](s *Server, name, description string, h mcp.ToolHandlerFor[In, Out]) error {
+	schema, err := jsonschema.For[In](nil)
+	if err != nil {
+		return fmt.Errorf("mcpserver: the schema of %s: %w", name, err)
+	}
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: name, Description: description, InputSchema: s.inputSchema(schema)}, h)
+	return nil
+}
+
+func (s *Server) addTools() error {
+	errs := []error{
+		addTool(s, "run_python", "Run Python code in a fresh interpreter; nothing is kept after the call "+
+			"(use session_create and session_run for state that lasts). "+codetool.ResultShows+" "+codetool.FilesShown+" "+
+			s.instructions, s.runPython),
+		addTool(s, "session_create", "Start a Python session whose variables, imports and files last between session_run calls, "+
+			"as in a notebook; close it with session_close when done.", s.sessionCreate),
+		addTool(s, "session_run", "Run Python code in a session. "+codetool.ResultShows+" "+codetool.FilesShown+" "+
+			codetool.Rollback, s.sessionRun),
+		addTool(s, "session_files", "Read, write or list files in a session's filesystem. A text file is read as text, "+
+			"an image (PNG, JPEG, GIF, WebP) as an image, any other binary file as base64; "+
+			"write binary data by sending it in base64 with encoding base64.", s.sessionFiles),
+		addTool(s, "session_close", "Close a session and free its memory.", s.sessionClose),
+	}
+	if s.opts.SnapshotDir != "" {
+		errs = append(errs,
+			addTool(s, "session_snapshot", "Save a session under a name, to restore later, even after the server restarts.", s.sessionSnapshot),
+			addTool(s, "session_restore", "Start a new session from a snapshot saved with session_snapshot; it returns the new session's ID.", s.sessionRestore))
+	}
+	return errors.Join(errs...)
 }
 
 // config returns a run's limits: the server's, lowered by the call's. A
@@ -327,17 +398,28 @@ func (s *Server) config(l Limits) (*sandbox.Config, error) {
 }
 
 func (s *Server) sessionConfig(env map[string]string) *sandbox.SessionConfig {
-	return &sandbox.SessionConfig{Env: env, MemoryLimit: s.opts.MemoryLimit, Network: s.opts.Network}
+	return &sandbox.SessionConfig{Env: env, MemoryLimit: s.opts.MemoryLimit, Network: s.opts.Network, Mounts: s.opts.Mounts}
 }
+
+// outputDir is where a run's new and changed files are looked for.
+const outputDir = "/work"
+
+// maxImage is the largest image a result attaches: one whose base64 fits
+// MaxOutput.
+func (s *Server) maxImage() int { return max(1, s.opts.MaxOutput/4*3) }
 
 // result turns a run's outcome into a tool result, formatted for the
 // model as codetool formats it. A Python exception or a limit is an error
 // result the model sees; other errors are too, with their message. Every
 // text is cut to the server's MaxOutput bytes here, whatever the sandbox
-// kept: its text content then holds at most five of them (stdout, stderr,
-// value, exception or error) and its structured content six (stdout,
-// stderr, value, exception type, message, traceback).
-func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, RunOutput, error) {
+// kept, and sent once: the text content holds at most six of them
+// (stdout, stderr, value, exception type and message or error,
+// traceback unless stderr holds it) and says what was cut; the structured
+// content holds none. With w, the text lists the files the run created or
+// changed under /work (at most 64), and the first 8 images among them
+// whose base64 fits MaxOutput are attached: PNG and JPEG as image content,
+// SVG as text.
+func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp.CallToolResult, RunOutput, error) {
 	var out RunOutput
 	if res == nil {
 		if err == nil {
@@ -346,25 +428,29 @@ func (s *Server) result(res *sandbox.Result, err error) (*mcp.CallToolResult, Ru
 		return nil, out, err
 	}
 	r := codetool.FromRun(res, err, s.opts.MaxOutput)
+	if w != nil {
+		var ferr error
+		if r.Files, ferr = w.Changed(); ferr != nil {
+			r.Truncated = append(r.Truncated, "files")
+		}
+	}
 	out = RunOutput{
-		Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, ExitCode: res.ExitCode,
-		FuelUsed: res.FuelUsed, WallMS: float64(res.Duration.Microseconds()) / 1000,
-		StoppedBy: r.StoppedBy, Truncated: len(r.Truncated) > 0,
+		ExitCode: res.ExitCode, FuelUsed: res.FuelUsed, WallMS: float64(res.Duration.Microseconds()) / 1000,
+		StoppedBy: r.StoppedBy, Truncated: r.Truncated,
 	}
 	if e := r.Exception; e != nil {
-		out.Exception = &Exception{Type: e.Type, Message: e.Message, Traceback: e.Traceback}
+		out.Exception = trunc(e.Type, 200)
 	}
 	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: r.Text()}}}
+	for _, f := range r.Images() {
+		if f.IsRaster() {
+			tr.Content = append(tr.Content, &mcp.ImageContent{Data: f.Data, MIMEType: f.MediaType})
+		} else {
+			tr.Content = append(tr.Content, &mcp.TextContent{Text: f.Path + " (" + f.MediaType + "):\n" + trunc(string(f.Data), s.opts.MaxOutput)})
+		}
+	}
 	tr.IsError = r.IsError
 	return tr, out, nil
-}
-
-// clip cuts text to the server's MaxOutput bytes of valid UTF-8, and
-// records in cut whether it dropped anything.
-func (s *Server) clip(text string, cut *bool) string {
-	t, c := truncate(text, s.opts.MaxOutput)
-	*cut = *cut || c
-	return t
 }
 
 // truncate returns text as valid UTF-8 of at most n bytes, cut at a
@@ -485,20 +571,41 @@ func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunIn
 	}
 	defer ss.Close()
 	for _, name := range slices.Sorted(maps.Keys(in.Files)) {
-		if err := writeFile(ss.Sandbox(), name, in.Files[name]); err != nil {
+		if err := writeFile(ss.Sandbox(), name, []byte(in.Files[name])); err != nil {
 			return nil, RunOutput{}, err
 		}
 	}
-	return s.result(ss.Run(ctx, in.Code, cfg))
+	for _, name := range slices.Sorted(maps.Keys(in.BinaryFiles)) {
+		data, err := decodeBase64(in.BinaryFiles[name])
+		if err != nil {
+			return nil, RunOutput{}, fmt.Errorf("binary_files[%q]: %w", trunc(name, 200), err)
+		}
+		if err := writeFile(ss.Sandbox(), name, data); err != nil {
+			return nil, RunOutput{}, err
+		}
+	}
+	w := codetool.WatchFiles(ss.Sandbox(), outputDir, s.maxImage())
+	res, err := ss.Run(ctx, in.Code, cfg)
+	return s.result(res, err, w)
 }
 
-func writeFile(sb *sandbox.Sandbox, name, content string) error {
+func writeFile(sb *sandbox.Sandbox, name string, content []byte) error {
 	if i := strings.LastIndexByte(name, '/'); i > 0 {
 		if err := sb.MkdirAll(name[:i]); err != nil {
 			return err
 		}
 	}
-	return sb.WriteFile(name, []byte(content))
+	return sb.WriteFile(name, content)
+}
+
+// decodeBase64 decodes standard base64, with or without padding.
+func decodeBase64(text string) ([]byte, error) {
+	text = strings.TrimRight(text, "=")
+	data, err := base64.RawStdEncoding.DecodeString(text)
+	if err != nil {
+		return nil, fmt.Errorf("not standard base64: %w", err)
+	}
+	return data, nil
 }
 
 func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in CreateInput) (*mcp.CallToolResult, SessionRef, error) {
@@ -607,10 +714,12 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in Se
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
+	w := codetool.WatchFiles(ss.s.Sandbox(), outputDir, s.maxImage())
 	res, err := ss.s.Run(ctx, in.Code, cfg)
 	done()
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		s.drop(ss)
+		w = nil
 	} else {
 		// A model takes seconds between calls: idle, a session needs only
 		// its changed pages (0.5 MB, not 15). Open files are carried;
@@ -618,7 +727,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in Se
 		// is fine.
 		_ = ss.s.Hibernate()
 	}
-	return s.result(res, err)
+	return s.result(res, err, w)
 }
 
 // drop forgets and closes a session that closed itself.
@@ -646,12 +755,19 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 		if err != nil {
 			return nil, FilesOutput{}, err
 		}
-		var out FilesOutput
-		text := s.clip(string(data), &out.Truncated)
-		out.Content = &text
-		return nil, out, nil
+		return s.readResult(in.Path, data)
 	case "write":
-		return nil, FilesOutput{}, writeFile(sb, in.Path, in.Content)
+		content := []byte(in.Content)
+		switch in.Encoding {
+		case "", "utf-8":
+		case "base64":
+			if content, err = decodeBase64(in.Content); err != nil {
+				return nil, FilesOutput{}, fmt.Errorf("content: %w", err)
+			}
+		default:
+			return nil, FilesOutput{}, fmt.Errorf("encoding must be utf-8 or base64, not %q", trunc(in.Encoding, 100))
+		}
+		return nil, FilesOutput{}, writeFile(sb, in.Path, content)
 	case "list":
 		entries, err := sb.ReadDir(in.Path)
 		if err != nil {
@@ -673,6 +789,63 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 		return nil, out, nil
 	}
 	return nil, FilesOutput{}, fmt.Errorf("op must be read, write or list, not %q", trunc(in.Op, 100))
+}
+
+// readResult sends a file's content once, in the content blocks: text as
+// text, an image as image content, other bytes as base64 text; each at
+// most MaxOutput bytes as sent, and a note block when it was cut.
+func (s *Server) readResult(name string, data []byte) (*mcp.CallToolResult, FilesOutput, error) {
+	size := int64(len(data))
+	out := FilesOutput{Size: &size, Encoding: "utf-8"}
+	limit := s.opts.MaxOutput
+	var block mcp.Content
+	if head := data[:min(len(data), limit+utf8.UTFMax)]; looksText(head) {
+		text, cut := truncate(string(data[:min(len(data), limit+1)]), limit)
+		out.Truncated = cut
+		block = &mcp.TextContent{Text: text}
+	} else {
+		out.Encoding = "base64"
+		n := limit / 4 * 3 // the most bytes whose base64 fits the limit
+		out.Truncated = len(data) > n
+		if mt := imageType(data); mt != "" && !out.Truncated {
+			out.MediaType = mt
+			block = &mcp.ImageContent{Data: data, MIMEType: mt}
+		} else {
+			block = &mcp.TextContent{Text: base64.StdEncoding.EncodeToString(data[:min(len(data), n)])}
+		}
+	}
+	tr := &mcp.CallToolResult{Content: []mcp.Content{block}}
+	if out.Truncated {
+		tr.Content = append(tr.Content, &mcp.TextContent{Text: fmt.Sprintf(
+			"(%s is %d bytes: only its start was sent, cut at the server's output limit of %d bytes)", trunc(name, 200), size, limit)})
+	}
+	return tr, out, nil
+}
+
+// looksText reports whether b, the start of a file, is UTF-8 text: valid
+// (but for a character cut at its end) and without NUL bytes.
+func looksText(b []byte) bool {
+	if bytes.IndexByte(b, 0) >= 0 {
+		return false
+	}
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			return !utf8.FullRune(b)
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// imageType is the media type of an image model APIs take, by its
+// content, or "".
+func imageType(data []byte) string {
+	switch mt := http.DetectContentType(data); mt {
+	case "image/png", "image/jpeg", "image/gif", "image/webp":
+		return mt
+	}
+	return ""
 }
 
 func (s *Server) sessionClose(ctx context.Context, req *mcp.CallToolRequest, in SessionRef) (*mcp.CallToolResult, SessionRef, error) {
@@ -729,7 +902,7 @@ func (s *Server) sessionSnapshot(ctx context.Context, req *mcp.CallToolRequest, 
 	return nil, SnapshotOutput{Name: in.Name, Bytes: fi.Size()}, nil
 }
 
-func (s *Server) sessionRestore(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SessionRef, error) {
+func (s *Server) sessionRestore(ctx context.Context, req *mcp.CallToolRequest, in RestoreInput) (*mcp.CallToolResult, SessionRef, error) {
 	_, file, err := s.snapshotPath(req.Session, in.Name)
 	if err != nil {
 		return nil, SessionRef{}, err

@@ -325,13 +325,9 @@ func TestClientsOwnTheirSessions(t *testing.T) {
 	alice, mallory := dial(), dial()
 	value := func(cs *mcp.ClientSession, id, code string) string {
 		t.Helper()
-		var out struct {
-			Value *string `json:"value"`
-		}
-		res := call(t, cs, "session_run", map[string]any{"session_id": id, "code": code}, &out)
+		res := call(t, cs, "session_run", map[string]any{"session_id": id, "code": code}, nil)
 		require.False(t, res.IsError, text(res))
-		require.NotNil(t, out.Value)
-		return *out.Value
+		return valueOf(t, res)
 	}
 
 	a := create(t, alice)
@@ -385,11 +381,23 @@ func TestClientsOwnTheirSessions(t *testing.T) {
 	assert.Equal(t, "'mallory'", value(mallory, m, "secret"))
 }
 
+// valueOf returns the value a run's text shows.
+func valueOf(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	for line := range strings.Lines(text(res)) {
+		if v, ok := strings.CutPrefix(line, "value: "); ok {
+			return strings.TrimSuffix(v, "\n")
+		}
+	}
+	require.Fail(t, "no value", text(res))
+	return ""
+}
+
 // TestOutputCapped: every text of a result is cut to MaxOutput by the
-// server, whatever the sandbox returned: a 30 MB exception message, value
-// or traceback under a 1 KiB limit gives a response of at most 11 × 1 KiB
-// plus a few hundred bytes (11 texts of at most MaxOutput bytes; escaping
-// could make the JSON up to 6 times as long, not here).
+// server, whatever the sandbox returned, and sent once: a 30 MB exception
+// message, value or traceback under a 1 KiB limit gives a response of at
+// most 6 × 1 KiB plus a few hundred bytes (6 texts of at most MaxOutput
+// bytes; escaping could make the JSON up to 6 times as long, not here).
 func TestOutputCapped(t *testing.T) {
 	py := testenv.PythonSessions(t)
 	const limit = 1024
@@ -413,14 +421,15 @@ func TestOutputCapped(t *testing.T) {
 			res := call(t, cs, tool, args, nil)
 			b, err := json.Marshal(res)
 			require.NoError(t, err)
-			assert.Less(t, len(b), 11*limit+1024, "%s %.40q", tool, code)
+			assert.Less(t, len(b), 6*limit+1024, "%s %.40q", tool, code)
 			var out struct {
-				Truncated bool `json:"truncated"`
+				Truncated []string `json:"truncated"`
 			}
 			sc, err := json.Marshal(res.StructuredContent)
 			require.NoError(t, err)
 			require.NoError(t, json.Unmarshal(sc, &out), string(sc))
-			assert.True(t, out.Truncated, "%s %.40q", tool, code)
+			assert.NotEmpty(t, out.Truncated, "%s %.40q", tool, code)
+			assert.Contains(t, text(res), "went past the output limit of 1024 bytes", "%s %.40q", tool, code)
 			assert.True(t, json.Valid(b))
 		}
 	}
@@ -429,12 +438,14 @@ func TestOutputCapped(t *testing.T) {
 	res := call(t, cs, "session_run", map[string]any{"session_id": id, "code": "open('/work/big', 'w').write('b' * 5_000_000)"}, nil)
 	require.False(t, res.IsError, text(res))
 	var file struct {
-		Content   *string `json:"content"`
-		Truncated bool    `json:"truncated"`
+		Size      int64 `json:"size"`
+		Truncated bool  `json:"truncated"`
 	}
-	call(t, cs, "session_files", map[string]any{"session_id": id, "op": "read", "path": "/work/big"}, &file)
-	require.NotNil(t, file.Content)
-	assert.Len(t, *file.Content, limit)
+	res = call(t, cs, "session_files", map[string]any{"session_id": id, "op": "read", "path": "/work/big"}, &file)
+	require.False(t, res.IsError, text(res))
+	assert.Len(t, res.Content[0].(*mcp.TextContent).Text, limit)
+	assert.Contains(t, res.Content[1].(*mcp.TextContent).Text, "/work/big is 5000000 bytes: only its start was sent")
+	assert.Equal(t, int64(5_000_000), file.Size)
 	assert.True(t, file.Truncated)
 }
 

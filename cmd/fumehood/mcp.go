@@ -28,7 +28,9 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\n"+
 			"A call may lower --timeout and --fuel, never raise them. --max-sessions, --max-runs\n"+
 			"and --memory-budget bound all clients together; over HTTP each client sees only\n"+
-			"its own sessions and snapshots.\n\nFlags:\n")
+			"its own sessions and snapshots. --mount and --volume directories are in every\n"+
+			"sandbox and session, shared by all of them (a read-write one within its quota,\n"+
+			"counted per sandbox).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run (a call may ask for less)")
@@ -45,13 +47,15 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
 	var network networkFlags
 	network.register(fs)
+	var mounts mountFlags
+	mounts.register(fs)
 	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return &usageError{"mcp takes no arguments"}
 	}
-	opts := &mcpserver.Options{Timeout: *timeout, Fuel: *fuel, Network: network.policy(),
+	opts := &mcpserver.Options{Timeout: *timeout, Fuel: *fuel, Network: network.policy(), Mounts: mounts,
 		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions, MaxRuns: *maxRuns}
 	if *timeout == 0 {
 		opts.Timeout = -1

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -47,14 +48,9 @@ func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any,
 	return res
 }
 
+// runOut is a run's structured result; its texts are in the text content.
 type runOut struct {
-	Stdout    string  `json:"stdout"`
-	Stderr    string  `json:"stderr"`
-	Value     *string `json:"value"`
-	Exception *struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"exception"`
+	Exception string `json:"exception"`
 	StoppedBy string `json:"stopped_by"`
 	FuelUsed  int64  `json:"fuel_used"`
 }
@@ -90,19 +86,15 @@ func TestMCPServer(t *testing.T) {
 		"files": map[string]string{"/work/in.json": `{"n": 21}`},
 	}, &out)
 	assert.False(t, res.IsError, text(res))
-	assert.Equal(t, "{\"n\": 21}\n", out.Stdout)
-	require.NotNil(t, out.Value)
-	assert.Equal(t, "42", *out.Value)
+	assert.Equal(t, "stdout:\n{\"n\": 21}\nvalue: 42\n", text(res))
 	assert.Positive(t, out.FuelUsed)
-	assert.Contains(t, text(res), "value: 42")
 
 	// A Python exception is an error result the model can read.
 	out = runOut{}
 	res = call(t, cs, "run_python", map[string]any{"code": "1/0"}, &out)
 	assert.True(t, res.IsError)
-	require.NotNil(t, out.Exception)
-	assert.Equal(t, "ZeroDivisionError", out.Exception.Type)
-	assert.Contains(t, text(res), "ZeroDivisionError")
+	assert.Equal(t, "ZeroDivisionError", out.Exception)
+	assert.Contains(t, text(res), "exception: ZeroDivisionError: division by zero")
 
 	// A limit hit too.
 	out = runOut{}
@@ -120,18 +112,17 @@ func TestMCPServer(t *testing.T) {
 	id := ref.SessionID
 	call(t, cs, "session_run", map[string]any{"session_id": id, "code": "x = 40"}, nil)
 	call(t, cs, "session_run", map[string]any{"session_id": id, "code": "x += 2\nopen('/work/out.txt', 'w').write(str(x))"}, nil)
-	out = runOut{}
-	res = call(t, cs, "session_run", map[string]any{"session_id": id, "code": "x"}, &out)
+	res = call(t, cs, "session_run", map[string]any{"session_id": id, "code": "x"}, nil)
 	require.False(t, res.IsError, text(res))
-	assert.Equal(t, "42", *out.Value)
+	assert.Equal(t, "value: 42\n", text(res))
 
 	var file struct {
-		Content *string  `json:"content"`
-		Entries []string `json:"entries"`
+		Encoding string   `json:"encoding"`
+		Entries  []string `json:"entries"`
 	}
-	call(t, cs, "session_files", map[string]any{"session_id": id, "op": "read", "path": "/work/out.txt"}, &file)
-	require.NotNil(t, file.Content)
-	assert.Equal(t, "42", *file.Content)
+	res = call(t, cs, "session_files", map[string]any{"session_id": id, "op": "read", "path": "/work/out.txt"}, &file)
+	assert.Equal(t, "42", text(res))
+	assert.Equal(t, "utf-8", file.Encoding)
 	call(t, cs, "session_files", map[string]any{"session_id": id, "op": "write", "path": "/work/sub/new.txt", "content": "hello"}, nil)
 	file.Entries = nil
 	call(t, cs, "session_files", map[string]any{"session_id": id, "op": "list", "path": "/work"}, &file)
@@ -150,10 +141,39 @@ func TestMCPServer(t *testing.T) {
 
 	res = call(t, cs, "session_restore", map[string]any{"name": "answer"}, &ref)
 	require.False(t, res.IsError, text(res))
-	out = runOut{}
-	call(t, cs, "session_run", map[string]any{"session_id": ref.SessionID, "code": "x * 2, open('/work/sub/new.txt').read()"}, &out)
-	require.NotNil(t, out.Value)
-	assert.Equal(t, "(84, 'hello')", *out.Value)
+	res = call(t, cs, "session_run", map[string]any{"session_id": ref.SessionID, "code": "x * 2, open('/work/sub/new.txt').read()"}, nil)
+	assert.Equal(t, "value: (84, 'hello')\n", text(res))
+}
+
+// TestMCPMounts: `fumehood mcp --mount --volume` puts the host
+// directories in every sandbox and session, with run's flag syntax: a
+// read-only mount refuses writes, a volume keeps them on the host, and the
+// instructions name both.
+func TestMCPMounts(t *testing.T) {
+	needSessions(t)
+	in, vol := t.TempDir(), filepath.Join(t.TempDir(), "state")
+	require.NoError(t, os.WriteFile(filepath.Join(in, "data.txt"), []byte("from the host"), 0o644))
+	cs := mcpClient(t, "--offline", "--mount", in+":/in:ro", "--volume", vol+":/state")
+	assert.Contains(t, cs.InitializeResult().Instructions, "host directories are mounted at /in (read-only), /state (read-write)")
+
+	res := call(t, cs, "run_python", map[string]any{"code": "open('/in/data.txt').read()"}, nil)
+	assert.Equal(t, "value: 'from the host'\n", text(res))
+	res = call(t, cs, "run_python", map[string]any{"code": "open('/in/new.txt', 'w')"}, nil)
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(res), "Read-only file system")
+	var ref struct {
+		SessionID string `json:"session_id"`
+	}
+	res = call(t, cs, "session_create", nil, &ref)
+	require.False(t, res.IsError, text(res))
+	res = call(t, cs, "session_run", map[string]any{"session_id": ref.SessionID,
+		"code": "open('/state/n.txt', 'w').write(open('/in/data.txt').read().upper())"}, nil)
+	require.False(t, res.IsError, text(res))
+	b, err := os.ReadFile(filepath.Join(vol, "n.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "FROM THE HOST", string(b))
+	_, err = os.Stat(filepath.Join(in, "new.txt"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }
 
 // TestMCPStdioMalformedLine feeds `fumehood mcp` a garbage line on its
@@ -224,11 +244,17 @@ func TestMCPStdioMalformedLine(t *testing.T) {
 }
 
 func TestMCPFlags(t *testing.T) {
+	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"--memory-budget", "lots"},
 		{"--memory-budget", "0"},
 		{"--max-runs", "-1"},
 		{"--idle-timeout", "-1s"},
+		{"--mount", dir + ":/m:RO"},
+		{"--mount", dir + ":/m:readonly"},
+		{"--mount", dir + ":relative"},
+		{"--mount", filepath.Join(dir, "missing") + ":/x"},
+		{"--volume", dir + ":/v:ro"},
 	} {
 		err := cmdMCP(context.Background(), args, strings.NewReader(""), io.Discard, io.Discard)
 		var ue *usageError

@@ -89,6 +89,13 @@ func (m *mountFlags) add(volume bool) func(string) error {
 	}
 }
 
+// register adds the --mount and --volume flags, which run, repl and mcp
+// share.
+func (m *mountFlags) register(fs *flag.FlagSet) {
+	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro|:rw] (read-write by default, within a quota of 1 GiB and 100,000 files; repeatable)", m.add(false))
+	fs.Func("volume", "mount a persistent read-write volume, DIR:GUESTDIR; DIR is created if missing (quota 1 GiB, 100,000 files; repeatable)", m.add(true))
+}
+
 // fileFlag is one --file flag.
 type fileFlag struct{ host, guest string }
 
@@ -124,8 +131,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.network.register(fs)
 	c.env = envFlag{}
 	fs.Var(c.env, "env", "set a guest environment variable, KEY=VALUE (repeatable)")
-	fs.Func("mount", "mount a host directory, HOSTDIR:GUESTDIR[:ro|:rw] (read-write by default; repeatable)", c.mounts.add(false))
-	fs.Func("volume", "mount a persistent read-write volume, DIR:GUESTDIR; DIR is created if missing (repeatable)", c.mounts.add(true))
+	c.mounts.register(fs)
 	fs.Func("file", "copy a host file into the sandbox before the run, HOSTFILE:GUESTPATH (repeatable)", func(v string) error {
 		host, guest, ok := strings.Cut(v, ":")
 		if !ok || host == "" || !strings.HasPrefix(guest, "/") {

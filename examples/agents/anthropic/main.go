@@ -60,7 +60,7 @@ func run(ctx context.Context, client anthropic.Client, model anthropic.Model, qu
 	schema := codetool.InputSchema()
 	tools := []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{
 		Name:        codetool.Name,
-		Description: anthropic.String(codetool.Description),
+		Description: anthropic.String(tool.Description()),
 		InputSchema: anthropic.ToolInputSchemaParam{
 			Properties:  schema["properties"],
 			Required:    []string{"code"},

@@ -61,7 +61,7 @@ func run(ctx context.Context, client openai.Client, model string, question strin
 	// strict: timeout_ms is optional.
 	tools := []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{
 		Name:        codetool.Name,
-		Description: openai.String(codetool.Description),
+		Description: openai.String(tool.Description()),
 		Parameters:  codetool.InputSchema(),
 		Strict:      openai.Bool(false),
 	}}}

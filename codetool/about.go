@@ -1,0 +1,156 @@
+package codetool
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/wasi/netpolicy"
+)
+
+// GuestInfo is what a Python guest offers code, as Probe finds it: what
+// the instructions for a model say about the interpreter.
+type GuestInfo struct {
+	// Version is Python's version, such as "3.12.0".
+	Version string
+	// Lacks names the parts of the standard library the guest lacks,
+	// among ssl, ctypes, lzma, sqlite3, zlib, bz2, multiprocessing and
+	// "time-zone data", in that order.
+	Lacks []string
+}
+
+// NPMGuest is the npm guest's GuestInfo (guests/python, the default
+// guest): what Instructions describes.
+var NPMGuest = GuestInfo{Version: "3.12.0", Lacks: []string{"ssl", "ctypes", "lzma", "multiprocessing", "time-zone data"}}
+
+// probeCode prints the guest's version and what it lacks, one line each.
+// It imports nothing that runs much code: find_spec looks modules up
+// without running them, and zoneinfo's search path is read from the
+// build's configuration module as sysconfig would (importing sysconfig
+// itself costs 200 million instructions more).
+const probeCode = `import sys, os, importlib, importlib.util as u
+print("%d.%d.%d" % sys.version_info[:3])
+lacks = [n for n, m in (("ssl", "_ssl"), ("ctypes", "_ctypes"), ("lzma", "_lzma"), ("sqlite3", "_sqlite3"),
+    ("zlib", "zlib"), ("bz2", "_bz2"), ("multiprocessing", "multiprocessing")) if u.find_spec(m) is None]
+try:
+    tz = importlib.import_module("_sysconfigdata_%s_%s_%s" % (sys.abiflags, sys.platform,
+        getattr(sys.implementation, "_multiarch", ""))).build_time_vars.get("TZPATH")
+except ImportError:
+    import sysconfig
+    tz = sysconfig.get_config_var("TZPATH")
+tzpath = [p for p in (os.environ.get("PYTHONTZPATH") or tz or "").split(os.pathsep) if p]
+if u.find_spec("tzdata") is None and not any(os.path.isfile(os.path.join(p, "UTC")) for p in tzpath):
+    lacks.append("time-zone data")
+print(",".join(lacks))
+`
+
+var (
+	probed      sync.Map // guest ID → GuestInfo
+	versionLine = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+	lackable    = []string{"ssl", "ctypes", "lzma", "sqlite3", "zlib", "bz2", "multiprocessing", "time-zone data"}
+)
+
+// Probe finds out what py offers code by running a short program on it
+// (about 0.3 s, 370 million instructions on the npm guest; the answer is
+// kept for the process, by the guest's ID).
+func Probe(ctx context.Context, py *sandbox.Guest) (GuestInfo, error) {
+	if py == nil || !py.IsPython() {
+		return GuestInfo{}, sandbox.ErrNotPython
+	}
+	if v, ok := probed.Load(py.ID()); ok {
+		return v.(GuestInfo), nil
+	}
+	res, err := py.Run(ctx, probeCode, &sandbox.Config{Timeout: 30 * time.Second, MaxOutput: 4096})
+	if err != nil {
+		return GuestInfo{}, fmt.Errorf("codetool: probing the guest: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if len(lines) != 2 || !versionLine.MatchString(lines[0]) {
+		return GuestInfo{}, fmt.Errorf("codetool: probing the guest: unexpected output %q", trunc(string(res.Stdout), 200))
+	}
+	info := GuestInfo{Version: lines[0]}
+	for n := range strings.SplitSeq(lines[1], ",") {
+		if slices.Contains(lackable, n) {
+			info.Lacks = append(info.Lacks, n)
+		}
+	}
+	probed.Store(py.ID(), info)
+	return info, nil
+}
+
+// trunc is Clip without the report.
+func trunc(text string, n int) string {
+	t, _ := Clip(text, n)
+	return t
+}
+
+// InstructionsFor says what a sandbox has and lacks, for a model: the
+// guest's Python and what its standard library lacks, the network the
+// policy allows (nil: none), the host directories mounted, and the rules
+// every run follows. Instructions is its text for the npm guest with no
+// network and no mounts.
+func InstructionsFor(info GuestInfo, network *netpolicy.Policy, mounts []sandbox.Mount) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Python %s (CPython compiled to WebAssembly) with the standard library only: "+
+		"no pip and no third-party packages (no numpy, pandas or matplotlib)", info.Version)
+	if len(info.Lacks) > 0 {
+		verb := "is"
+		if len(info.Lacks) > 1 {
+			verb = "are"
+		}
+		fmt.Fprintf(&b, "; %s %s missing", list(info.Lacks), verb)
+	}
+	b.WriteString(". ")
+	b.WriteString(networkRules(network))
+	b.WriteString(" No subprocesses. One thread: threading.Thread.start fails, while asyncio and " +
+		"concurrent.futures.ThreadPoolExecutor work, running tasks one after another. ")
+	b.WriteString("The filesystem is in memory: keep data and results under /work, scratch files under /tmp")
+	for i, m := range mounts {
+		if i == 0 {
+			b.WriteString("; host directories are mounted at ")
+		} else {
+			b.WriteString(", ")
+		}
+		mode := "read-write"
+		if m.ReadOnly {
+			mode = "read-only"
+		}
+		fmt.Fprintf(&b, "%s (%s)", m.Path, mode)
+	}
+	b.WriteString(". Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped.")
+	return b.String()
+}
+
+// networkRules says what network a policy gives.
+func networkRules(p *netpolicy.Policy) string {
+	if p == nil || len(p.Allow) == 0 {
+		return "No network: urllib, http.client and sockets raise PermissionError."
+	}
+	var hosts []string
+	for _, r := range p.Allow {
+		h := strings.TrimPrefix(r.String(), "allow ")
+		if !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	const most = 20
+	s := strings.Join(hosts[:min(len(hosts), most)], ", ")
+	if len(hosts) > most {
+		s += fmt.Sprintf(" and %d more", len(hosts)-most)
+	}
+	return "Network: HTTP and HTTPS requests through urllib.request or http.client (the host speaks TLS), only to " +
+		trunc(s, 2000) + "; no raw sockets."
+}
+
+// list joins names as "a, b and c".
+func list(names []string) string {
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}

@@ -1,0 +1,35 @@
+package codetool
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/spf13/afero"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// TestProbeFindsTimeZoneData: the probe reports time-zone data as present
+// when zoneinfo's search path holds it, and as missing otherwise (the npm
+// guest's own path holds none).
+func TestProbeFindsTimeZoneData(t *testing.T) {
+	py := testenv.Python(t)
+	tz := afero.NewMemMapFs()
+	require.NoError(t, afero.WriteFile(tz, "/UTC", []byte("TZif2"), 0o644))
+	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/tz", FS: tz, ReadOnly: true}}})
+	require.NoError(t, err)
+	defer sb.Close()
+	for env, lacksTZ := range map[string]bool{"/tz": false, "/nowhere": true} {
+		res, err := sb.Run(context.Background(), probeCode, &sandbox.Config{Env: map[string]string{"PYTHONTZPATH": env}})
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+		require.Len(t, lines, 2, string(res.Stdout))
+		assert.Equal(t, "3.12.0", lines[0])
+		assert.Equal(t, lacksTZ, strings.Contains(lines[1], "time-zone data"), "%s: %s", env, lines[1])
+		assert.Contains(t, lines[1], "ssl,ctypes,lzma")
+	}
+}

@@ -1,0 +1,106 @@
+package codetool
+
+import (
+	"errors"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// stamp is what tells a file changed.
+type stamp struct {
+	size  int64
+	mtime time.Time
+}
+
+// Watch finds the files a run creates or changes under a directory:
+// WatchFiles before the run, Changed after it. Tool.Call uses one for each
+// call; the MCP server too.
+type Watch struct {
+	sb       *sandbox.Sandbox
+	dir      string
+	maxImage int
+	before   map[string]stamp
+}
+
+// WatchFiles lists the regular files under dir in sb (at most 20,000
+// entries looked at), to compare with after a run. Images of at most
+// maxImageBytes (0: DefaultMaxImageBytes) will carry their content.
+func WatchFiles(sb *sandbox.Sandbox, dir string, maxImageBytes int) *Watch {
+	if maxImageBytes <= 0 {
+		maxImageBytes = DefaultMaxImageBytes
+	}
+	w := &Watch{sb: sb, dir: dir, maxImage: maxImageBytes}
+	w.before = w.list()
+	return w
+}
+
+// list returns the regular files under the directory, at most maxWalk
+// entries looked at.
+func (w *Watch) list() map[string]stamp {
+	files := map[string]stamp{}
+	seen := 0
+	var walk func(dir string) bool
+	walk = func(dir string) bool {
+		entries, err := w.sb.ReadDir(dir)
+		if err != nil {
+			return true
+		}
+		for _, e := range entries {
+			if seen++; seen > maxWalk {
+				return false
+			}
+			p := path.Join(dir, e.Name())
+			if e.IsDir() {
+				if !walk(p) {
+					return false
+				}
+				continue
+			}
+			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+				files[p] = stamp{fi.Size(), fi.ModTime()}
+			}
+		}
+		return true
+	}
+	walk(w.dir)
+	return files
+}
+
+// errTooManyFiles reports a listing cut at maxFiles.
+var errTooManyFiles = errors.New("too many files")
+
+// Changed returns the files new or changed since WatchFiles, in path
+// order, at most 64; the first 8 images (PNG, JPEG, SVG) of at most the
+// watch's size carry their content. It fails, with the first 64, when
+// there were more.
+func (w *Watch) Changed() ([]File, error) {
+	after := w.list()
+	var names []string
+	for p, st := range after {
+		if old, ok := w.before[p]; !ok || old != st {
+			names = append(names, p)
+		}
+	}
+	slices.Sort(names)
+	var err error
+	if len(names) > maxFiles {
+		names, err = names[:maxFiles], errTooManyFiles
+	}
+	files := make([]File, 0, len(names))
+	images := 0
+	for _, p := range names {
+		name, _ := Clip(p, 1024)
+		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
+		if f.MediaType != "" && f.Size <= int64(w.maxImage) && images < maxImages {
+			if data, rerr := w.sb.ReadFile(p); rerr == nil && len(data) <= w.maxImage {
+				f.Data = data
+				images++
+			}
+		}
+		files = append(files, f)
+	}
+	return files, err
+}
