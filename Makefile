@@ -70,7 +70,8 @@ fuzz:
 		./cmd/fumehood:FuzzEnvFlag \
 		./mcpserver:FuzzCheckLine \
 		./mcpserver:FuzzTruncate \
-		./codetool:FuzzParseInput
+		./codetool:FuzzParseInput \
+		./guests/cpython:FuzzReadExport
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.
