@@ -46,15 +46,16 @@ guest-build: build guest-build-tools
 guest-build-session: guest-build tools
 	@if command -v wasm-opt >/dev/null; then $(BIN) guest build --session; fi
 
+# The demo needs only the npm guest (a download: ready fastest); where the
+# built guest is built, it runs on that one (the default).
 demo: guest
 	$(BIN) run -c '$(SNIPPET)'
 
-# examples/agents is a module of its own (it needs model SDKs, fumehood does
-# not): go test ./... does not enter it.
 # The whole suite runs on the built guest (the default where it is built),
 # then the packages that load guests and run sessions again on the npm guest,
 # the fallback. A machine that cannot build the guest runs everything on the
-# npm guest.
+# npm guest. examples/agents is a module of its own (it needs model SDKs,
+# fumehood does not): go test ./... does not enter it.
 NPM_FALLBACK_PACKAGES ?= ./sandbox ./guests/... ./cmd/fumehood ./mcpserver ./codetool
 test: guest session-guest
 	@$(MAKE) --no-print-directory guest-build-session || \
