@@ -56,11 +56,20 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	py := testenv.PythonSessions(t)
 	info, err := codetool.Probe(context.Background(), py)
 	require.NoError(t, err)
-	assert.Equal(t, codetool.NPMGuest, info, "the test guest is the npm guest")
+	if py.Python().Guest == sandbox.GuestNPM {
+		assert.Equal(t, codetool.NPMGuest, info, "the npm guest")
+	} else {
+		assert.Equal(t, py.Python().Version, info.Version)
+		assert.NotContains(t, info.Lacks, "time-zone data", "the built guest has zoneinfo's data")
+		assert.NotContains(t, info.Lacks, "lzma", "the built guest has lzma")
+	}
 	assert.Equal(t, codetool.Instructions, codetool.InstructionsFor(codetool.NPMGuest, nil, nil))
 	tool := newTool(t, nil)
-	assert.Equal(t, codetool.Instructions, tool.Instructions())
-	assert.Equal(t, codetool.Description, tool.Description())
+	assert.Equal(t, codetool.InstructionsFor(info, nil, nil), tool.Instructions())
+	assert.True(t, strings.HasSuffix(tool.Description(), " "+tool.Instructions()), tool.Description())
+	if py.Python().Guest == sandbox.GuestNPM {
+		assert.Equal(t, codetool.Description, tool.Description())
+	}
 
 	// Another guest, a network and mounts.
 	got := codetool.InstructionsFor(codetool.GuestInfo{Version: "3.13.5", Lacks: []string{"ctypes"}},

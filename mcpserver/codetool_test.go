@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,11 +15,14 @@ import (
 // TestSharesTheCodeToolDefinition: the server's instructions are the code
 // tool's, and a run's result reads as codetool formats it for a model.
 func TestSharesTheCodeToolDefinition(t *testing.T) {
-	srv, err := mcpserver.New(testenv.PythonSessions(t), nil)
+	py := testenv.PythonSessions(t)
+	info, err := codetool.Probe(context.Background(), py)
+	require.NoError(t, err)
+	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)
-	assert.Contains(t, cs.InitializeResult().Instructions, codetool.Instructions)
+	assert.Contains(t, cs.InitializeResult().Instructions, codetool.InstructionsFor(info, nil, nil))
 
 	res := call(t, cs, "run_python", map[string]any{"code": "print('hi')\nraise KeyError('k')"}, nil)
 	assert.True(t, res.IsError)

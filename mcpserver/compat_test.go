@@ -193,7 +193,9 @@ func TestSchemasAndInstructions(t *testing.T) {
 	defer srv.Close()
 	cs := connect(t, srv)
 
-	instructions := codetool.InstructionsFor(codetool.NPMGuest, policy, mounts)
+	info, err := codetool.Probe(context.Background(), py)
+	require.NoError(t, err)
+	instructions := codetool.InstructionsFor(info, policy, mounts)
 	assert.Contains(t, instructions, "/data (read-only)")
 	assert.Contains(t, instructions, "only to https://api.example.com")
 	assert.True(t, strings.HasPrefix(cs.InitializeResult().Instructions, instructions), cs.InitializeResult().Instructions)
