@@ -53,12 +53,16 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	local := map[string]string{}
+	if err := localInputs(d, opts, parts, local); err != nil { // optional parts (variant.go)
+		return Info{}, err
+	}
 	files, err := fetchInputs(ctx, d, opts)
 	if err != nil {
 		return Info{}, err
 	}
-	if err := localInputs(d, opts, parts, files); err != nil { // optional parts (variant.go)
-		return Info{}, err
+	for k, v := range local {
+		files[k] = v
 	}
 	if err := os.MkdirAll(d.tmp, 0o755); err != nil {
 		return Info{}, fmt.Errorf("cpython: %w", err)

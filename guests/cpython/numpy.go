@@ -67,10 +67,10 @@ var ErrUnknownPart = errors.New("cpython: unknown optional part")
 // dispatch (none of numpy's dispatch targets is wasm), none of the x86-only
 // submodules.
 var numpyMesonOptions = []string{
-	"--buildtype=release", "-Db_ndebug=if-release", "-Db_staticpic=false",
+	"--buildtype=release", "-Db_ndebug=if-release",
 	"-Dblas=none", "-Dlapack=none", "-Dallow-noblas=true",
 	"-Ddisable-svml=true", "-Ddisable-highway=true", "-Ddisable-intel-sort=true",
-	"-Ddisable-threading=true", "-Ddisable-optimization=true",
+	"-Ddisable-threading=true", "-Ddisable-optimization=true", "-Dpython.bytecompile=-1",
 }
 
 // numpySkipModules are numpy extension modules left out of the guest.
@@ -158,8 +158,14 @@ func (b *builder) numpyExtract(ctx context.Context) error {
 // ccWrap is the compiler wrapper meson calls: it runs the compiler, except
 // that linking a shared module (which WASI preview 1 cannot load) writes an
 // archive of the module's objects instead, and the static libraries the
-// link named to <module>.libs; numpyLink links those into python.wasm.
+// link named to <module>.libs; numpyLink links those into python.wasm. It
+// drops -fPIC, which meson adds for shared modules: everything is linked
+// statically, and position-independent wasm would go through a GOT.
 const ccWrap = `#!/bin/sh
+for a in "$@"; do
+  shift
+  [ "$a" = "-fPIC" ] || [ "$a" = "-fpic" ] || set -- "$@" "$a"
+done
 for a in "$@"; do
   if [ "$a" = "-shared" ]; then
     out=; objs=; libs=; prev=
@@ -231,8 +237,13 @@ func (b *builder) numpyConfigure(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(tools, "cross.ini"), []byte(b.numpyCrossFile()), 0o644); err != nil {
 		return err
 	}
+	// Cython runs on the build machine: the build Python runs it from source.
+	native := "[binaries]\ncython = " + pyList(b.path("native", "python"), b.path(cythonSrc, "cython.py")) + "\n"
+	if err := os.WriteFile(filepath.Join(tools, "native.ini"), []byte(native), 0o644); err != nil {
+		return err
+	}
 	args := []string{b.path(numpySrc, "vendored-meson", "meson", "meson.py"), "setup",
-		"--cross-file", filepath.Join(tools, "cross.ini"), "--prefix=/usr"}
+		"--cross-file", filepath.Join(tools, "cross.ini"), "--native-file", filepath.Join(tools, "native.ini"), "--prefix=/usr"}
 	args = append(args, numpyMesonOptions...)
 	args = append(args, b.path("numpy-build"))
 	return b.run(ctx, b.path(numpySrc), b.numpyEnv(), b.path("native", "python"), args...)
@@ -263,9 +274,8 @@ func (b *builder) numpyCrossFile() string {
 		"c = " + pyList(wrap, "clang-19", "--target=wasm32-wasi", sysroot) + "\n" +
 		"cpp = " + pyList(wrap, "clang++-19", "--target=wasm32-wasi", sysroot, "-isystem", "/usr/lib/llvm-19/include/wasm32-wasi/c++/v1") + "\n" +
 		"ar = 'llvm-ar-19'\nstrip = 'llvm-strip-19'\n" +
-		"cython = " + pyList(b.path("native", "python"), b.path(cythonSrc, "cython.py")) + "\n" +
 		"python = " + pyList(b.path("native", "python")) + "\n" +
-		"pkg-config = 'false'\n\n" +
+		"pkg-config = 'pkg-config'\n\n" +
 		"[properties]\nlongdouble_format = 'IEEE_QUAD_LE'\nneeds_exe_wrapper = true\n\n" +
 		"[built-in options]\n" +
 		"c_args = " + pyList(numpyCArgs(b.w)...) + "\n" +
@@ -347,8 +357,15 @@ func (b *builder) numpyLink(ctx context.Context) error {
 			}
 		}
 	}
-	cfg := b.path("cross", "Modules", "config.c")
-	data, err := os.ReadFile(cfg)
+	// config.c as CPython's build wrote it is kept, so that a second link
+	// starts from it.
+	cfg, orig := b.path("cross", "Modules", "config.c"), b.path("numpy-tools", "config.c.orig")
+	if _, err := os.Stat(orig); errors.Is(err, os.ErrNotExist) {
+		if err := copyFile(cfg, orig); err != nil {
+			return err
+		}
+	}
+	data, err := os.ReadFile(orig)
 	if err != nil {
 		return err
 	}
@@ -372,7 +389,10 @@ func (b *builder) numpyLink(ctx context.Context) error {
 	if err := b.run(ctx, b.path("numpy-tools"), nil, cc[0], args...); err != nil {
 		return err
 	}
-	link = append(link, b.path("numpy-tools", "numpy_cxa.o"), "-L/usr/lib/llvm-19/lib/wasm32-wasi", "-lc++", "-lc++abi")
+	// numpy parses and prints long double (IEEE quad on wasm32), which
+	// wasi-libc keeps in a library of its own.
+	link = append(link, b.path("numpy-tools", "numpy_cxa.o"), "-L/usr/lib/llvm-19/lib/wasm32-wasi", "-lc++", "-lc++abi",
+		"-lc-printscan-long-double")
 	return b.run(ctx, b.path("cross"), nil, "make", "python.wasm",
 		"SYSLIBS=$(LIBM) $(LIBC) "+strings.Join(link, " "))
 }
