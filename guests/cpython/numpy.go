@@ -87,6 +87,10 @@ var numpySourceEdits = []struct {
 }{
 	// npy_cpu.h knows wasm only by emscripten's macro.
 	{"numpy/_core/include/numpy/npy_cpu.h", "#elif defined(__EMSCRIPTEN__)\n", "#elif defined(__EMSCRIPTEN__) || defined(__wasm__)\n", 1},
+	// .npy files are written and read through the file object: numpy's
+	// tofile/fromfile path duplicates the descriptor (os.dup), which WASI
+	// preview 1 does not have.
+	{"numpy/lib/format.py", "def isfileobj(f):\n", "def isfileobj(f):\n    if os.name != 'nt' and os.uname().sysname == 'wasi':\n        return False\n", 1},
 }
 
 // numpyFlags are the numpy part's flags, as recorded in Info.Flags and in
