@@ -78,24 +78,65 @@ func TestNumpyGuest(t *testing.T) {
 	info := builtNumpy(t)
 	assert.Equal(t, []string{cpython.Numpy}, info.With)
 	assert.Contains(t, info.Builtins, "numpy._core._multiarray_umath")
+	s := numpySandbox(t)
+	ctx := context.Background()
+	res, err := s.Exec(ctx, &sandbox.Config{Args: []string{"-c", numpyProgram}, Timeout: 5 * time.Minute})
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
+	t.Logf("%s", res.Stdout)
+}
+
+// numpySandbox starts a sandbox of the numpy variant.
+func numpySandbox(t *testing.T) *sandbox.Sandbox {
+	t.Helper()
+	builtNumpy(t)
 	ctx := context.Background()
 	wasm, _, err := cpython.LoadUnprepared(ctx, withNumpy)
 	require.NoError(t, err)
 	g, err := sandbox.Compile(ctx, wasm, nil)
 	require.NoError(t, err)
-	defer g.Close(ctx)
+	t.Cleanup(func() { g.Close(ctx) })
 	lib, err := cpython.StdlibFS(ctx, withNumpy)
 	require.NoError(t, err)
 	s, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{
 		{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true},
 	}})
 	require.NoError(t, err)
-	defer s.Close()
-	res, err := s.Exec(ctx, &sandbox.Config{Args: []string{"-c", numpyProgram}, Timeout: 5 * time.Minute})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestNumpyBounds checks that numpy's C loops are bounded like any guest
+// code: one matmul call (27e9 multiply-adds) stops on fuel, and an array
+// bigger than the memory limit is a MemoryError in the guest, the run
+// marked as having hit the limit.
+func TestNumpyBounds(t *testing.T) {
+	s := numpySandbox(t)
+	ctx := context.Background()
+	res, err := s.Exec(ctx, &sandbox.Config{Args: []string{"-c", "import numpy"}, Timeout: 5 * time.Minute})
 	require.NoError(t, err, "stderr: %s", res.Stderr)
-	require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
-	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
-	t.Logf("%s", res.Stdout)
+	importFuel := res.FuelUsed
+	require.Positive(t, importFuel)
+
+	start := time.Now()
+	res, err = s.Exec(ctx, &sandbox.Config{
+		Args:    []string{"-c", "import numpy as np; a = np.ones((3000, 3000)); print((a @ a)[0, 0])"},
+		Fuel:    importFuel + 2_000_000_000,
+		Timeout: 5 * time.Minute,
+	})
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted, "stderr: %s", res.Stderr)
+	assert.Empty(t, res.Stdout)
+	t.Logf("matmul stopped on fuel after %v", time.Since(start))
+
+	res, err = s.Exec(ctx, &sandbox.Config{
+		Args:    []string{"-c", "import numpy as np; a = np.ones(10**8); print(a.sum())"},
+		Timeout: 5 * time.Minute,
+	})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+	assert.True(t, res.MemoryLimitHit)
+	assert.Contains(t, string(res.Stderr), "Unable to allocate 763. MiB")
 }
 
 // TestNumpyVariantKey checks that the numpy variant has its own cache key
