@@ -213,7 +213,7 @@ func loadInfo(opts *Options) (Info, dirs, error) {
 	}
 	b, err := os.ReadFile(d.manifest)
 	if errors.Is(err, os.ErrNotExist) {
-		return Info{}, d, ErrNotBuilt
+		return Info{}, d, notBuilt(opts)
 	}
 	if err != nil {
 		return Info{}, d, fmt.Errorf("cpython: %w", err)

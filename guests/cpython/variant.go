@@ -135,10 +135,11 @@ func (b *builder) describeParts(info *Info, opts *Options) error {
 	return nil
 }
 
-// partsString names the parts for messages ("" for the default guest).
-func partsString(parts []string) string {
+// notBuilt is ErrNotBuilt, naming the variant's build command.
+func notBuilt(opts *Options) error {
+	parts, _ := opts.parts()
 	if len(parts) == 0 {
-		return ""
+		return ErrNotBuilt
 	}
-	return " with " + strings.Join(parts, ", ")
+	return fmt.Errorf("%w (this variant: `%s --with %s`)", ErrNotBuilt, BuildCommand, strings.Join(parts, ","))
 }
