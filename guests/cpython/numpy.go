@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -403,8 +404,13 @@ func (b *builder) numpyLink(ctx context.Context) error {
 
 // numpyExcluded are parts of numpy's installed tree left out of the
 // standard-library bundle: tests, type stubs, C headers and sources, and
-// the module archives.
+// the module archives. numpy.testing imports one module of numpy's tests,
+// _core/tests/_natype.py, which is kept (numpyPython makes its directory
+// a package).
 func numpyExcluded(rel string) bool {
+	if rel == numpyNatype || rel == path.Dir(numpyNatype) {
+		return false
+	}
 	for _, part := range strings.Split(rel, "/") {
 		if part == "tests" || part == "include" || part == "__pycache__" {
 			return true
@@ -434,5 +440,13 @@ func (b *builder) numpyPython(ctx context.Context) error {
 	if len(inits) != 1 {
 		return fmt.Errorf("numpy: install: found %d numpy packages in %s", len(inits), stage)
 	}
-	return copyTree(filepath.Dir(inits[0]), b.path("stdlib", "python3.13", "numpy"), numpyExcluded)
+	dst := b.path("stdlib", "python3.13", "numpy")
+	if err := copyTree(filepath.Dir(inits[0]), dst, numpyExcluded); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dst, filepath.FromSlash(path.Dir(numpyNatype)), "__init__.py"), nil, 0o644)
 }
+
+// numpyNatype is the one module of numpy's tests that numpy.testing
+// imports.
+const numpyNatype = "_core/tests/_natype.py"

@@ -68,6 +68,7 @@ np.save("/tmp/a.npy", a)
 b = np.load("/tmp/a.npy")
 assert b.dtype == a.dtype and np.array_equal(a, b)
 assert "numpy._core._multiarray_umath" in sys.builtin_module_names
+np.testing.assert_allclose(x, [2.0, 3.0])
 print("numpy ok", np.__version__, "import %.0f ms" % ((t1 - t0) * 1000))
 `
 
