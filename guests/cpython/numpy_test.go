@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,7 +92,7 @@ func TestNumpyGuest(t *testing.T) {
 }
 
 // numpySandbox starts a sandbox of the numpy variant.
-func numpySandbox(t *testing.T) *sandbox.Sandbox {
+func numpySandbox(t *testing.T, mounts ...sandbox.Mount) *sandbox.Sandbox {
 	t.Helper()
 	builtNumpy(t)
 	ctx := context.Background()
@@ -100,9 +103,9 @@ func numpySandbox(t *testing.T) *sandbox.Sandbox {
 	t.Cleanup(func() { g.Close(ctx) })
 	lib, err := cpython.StdlibFS(ctx, withNumpy)
 	require.NoError(t, err)
-	s, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{
+	s, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: append([]sandbox.Mount{
 		{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true},
-	}})
+	}, mounts...)})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -165,4 +168,73 @@ func TestNumpyInputsChecked(t *testing.T) {
 		Sources: map[string]string{"numpy": bad}})
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, python.ErrIntegrity) || errors.Is(err, cpython.ErrMissingTools), err)
+}
+
+// pytestDeps are the directories of Debian's python3-pytest (bookworm:
+// pytest 7.2.1, pure Python) and its dependencies, mounted read-only.
+var pytestDeps = []string{"_pytest", "pytest", "pluggy", "iniconfig", "packaging", "py", "py.py", "attr", "attrs"}
+
+// TestNumpyTestSuiteSlice runs one file of numpy's own test suite,
+// numpy/lib/tests/test_format.py (the .npy/.npz format: 43 tests), in the
+// numpy variant under Debian's pytest, both mounted read-only from the
+// host. It needs the python3-pytest package and numpy's source tarball in
+// the cache (both are there after `make guest-build-numpy` on a machine
+// where python3-pytest is installed).
+func TestNumpyTestSuiteSlice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a numpy test file in the guest (a minute or two)")
+	}
+	builtNumpy(t)
+	const dist = "/usr/lib/python3/dist-packages"
+	if _, err := os.Stat(filepath.Join(dist, "_pytest")); err != nil {
+		t.Skip("Debian's python3-pytest is not installed")
+	}
+	cache, err := python.CacheDir("")
+	require.NoError(t, err)
+	tarball := filepath.Join(cache, "cpython", "sources", cpython.NumpyInputs[0].File)
+	if _, err := os.Stat(tarball); err != nil {
+		t.Skipf("numpy's source tarball is not in the cache: %v", err)
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("tar", "-xf", tarball, "-C", dir, "numpy-2.2.5/numpy/lib/tests").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "site"), 0o755))
+	for _, d := range pytestDeps {
+		if _, err := os.Stat(filepath.Join(dist, d)); err == nil {
+			out, err := exec.Command("cp", "-r", filepath.Join(dist, d), filepath.Join(dir, "site")).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+	}
+	host, err := sandbox.HostDir(dir)
+	require.NoError(t, err)
+	s := numpySandbox(t, sandbox.Mount{Path: "/pt", FS: host, ReadOnly: true})
+	// pytest's tmp_path asks for the user id (WASI has none; files are
+	// owned by 0) and its capture, faulthandler and logging plugins
+	// duplicate descriptors or open /dev/null (WASI has neither).
+	// test_huge_header[r] is left out: it memory-maps the file, and WASI
+	// has no mmap module.
+	prog := `
+import os, sys
+sys.path.insert(0, "/pt/site")
+os.getuid = lambda: 0
+import pytest
+sys.exit(pytest.main(["-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
+    "--assert=plain", "--rootdir=/pt/numpy-2.2.5", "-o", "addopts=", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+    "--deselect", "numpy/lib/tests/test_format.py::test_huge_header[r]",
+    "/pt/numpy-2.2.5/numpy/lib/tests/test_format.py"]))
+`
+	res, err := s.Exec(context.Background(), &sandbox.Config{Args: []string{"-c", prog},
+		Env: map[string]string{"USER": "sandbox", "HOME": "/tmp"}, Fuel: sandbox.UnlimitedFuel, Timeout: 15 * time.Minute})
+	t.Logf("%s", lastLines(string(res.Stdout), 15))
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Contains(t, string(res.Stdout), "37 passed, 5 skipped, 1 deselected")
+	assert.NotContains(t, string(res.Stdout), "failed")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
