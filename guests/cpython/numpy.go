@@ -1,6 +1,7 @@
 package cpython
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -442,6 +443,16 @@ func (b *builder) numpyPython(ctx context.Context) error {
 	}
 	dst := b.path("stdlib", "python3.13", "numpy")
 	if err := copyTree(filepath.Dir(inits[0]), dst, numpyExcluded); err != nil {
+		return err
+	}
+	// numpy/__config__.py records the compiler commands: map the work
+	// directory to /build, as the compiler's prefix maps do.
+	cfg := filepath.Join(dst, "__config__.py")
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfg, bytes.ReplaceAll(data, []byte(b.w), []byte("/build")), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dst, filepath.FromSlash(path.Dir(numpyNatype)), "__init__.py"), nil, 0o644)
