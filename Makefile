@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest session-guest tools guest-build-tools guest-build guest-build-session demo test vet fuzz soak race bench clean
+.PHONY: all build guest session-guest tools guest-build-tools guest-build guest-build-session guest-build-numpy demo test vet fuzz soak race bench clean
 
 all: build
 
@@ -28,10 +28,14 @@ session-guest: build tools
 # Our own CPython 3.13.5 guest, built from pinned sources (guests/cpython):
 # bookworm's LLVM 19 and the native build tools are installed if missing (as
 # root on a Debian machine), then the build runs (minutes, once per machine).
-GUEST_BUILD_PACKAGES := clang-19 lld-19 llvm-19 libclang-rt-19-dev-wasm32 gcc make tcl xz-utils
+# The numpy variant (guest-build-numpy) also needs ninja and LLVM 19's C++
+# library for wasm32-wasi.
+GUEST_BUILD_PACKAGES := clang-19 lld-19 llvm-19 libclang-rt-19-dev-wasm32 gcc make tcl xz-utils \
+	ninja-build libc++-19-dev-wasm32 libc++abi-19-dev-wasm32
 guest-build-tools:
-	@missing=""; for c in clang-19 wasm-ld-19 llvm-ar-19 cc make tclsh xz; do command -v $$c >/dev/null || missing=1; done; \
-		[ -e /usr/lib/llvm-19/lib/clang/19/lib/wasi/libclang_rt.builtins-wasm32.a ] || missing=1; \
+	@missing=""; for c in clang-19 wasm-ld-19 llvm-ar-19 cc make tclsh xz ninja; do command -v $$c >/dev/null || missing=1; done; \
+		for f in /usr/lib/llvm-19/lib/clang/19/lib/wasi/libclang_rt.builtins-wasm32.a /usr/lib/llvm-19/lib/wasm32-wasi/libc++.a \
+			/usr/lib/llvm-19/lib/wasm32-wasi/libc++abi.a; do [ -e $$f ] || missing=1; done; \
 		if [ -n "$$missing" ]; then \
 			if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 				apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GUEST_BUILD_PACKAGES); \
@@ -45,6 +49,14 @@ guest-build: build guest-build-tools
 # The session build of the built guest (asyncify: a few minutes, once).
 guest-build-session: guest-build tools
 	@if command -v wasm-opt >/dev/null; then $(BIN) guest build --session; fi
+
+# The variant with numpy 2.2.5 built in (guests/cpython/numpy.go). Its two
+# source tarballs cannot come through apt: NUMPY_SOURCES names a directory
+# holding them (see NumpyInputs); once verified they are kept in the cache.
+NUMPY_SOURCES ?=
+guest-build-numpy: build guest-build-tools
+	$(BIN) guest build --with numpy $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
+	$(BIN) guest info --built --with numpy
 
 # The demo needs only the npm guest (a download: ready fastest); where the
 # built guest is built, it runs on that one (the default).

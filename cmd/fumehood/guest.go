@@ -26,6 +26,9 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	built := fs.Bool("built", false, "info: the CPython "+cpython.PythonVersion+" guest built by `guest build`")
 	npm := fs.Bool("npm", false, "info: the npm guest (CPython "+python.Version+")")
 	force := fs.Bool("force", false, "build: build again even when the built guest is in the cache")
+	with := fs.String("with", "", "build, info --built: the variant with these optional parts, comma-separated ("+cpython.Numpy+")")
+	numpySource := fs.String("numpy-source", "", "build --with numpy: numpy's source tarball (pinned by SHA-256; see DESIGN)")
+	cythonSource := fs.String("cython-source", "", "build --with numpy: Cython's source tarball (pinned by SHA-256)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &usageError{err.Error()}
 	}
@@ -49,7 +52,8 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "installed %s@%s in %v: %s\n", b.Package, b.Version, time.Since(start).Round(time.Millisecond), b.Path)
 		return nil
 	case "build":
-		bopts := &cpython.Options{CacheDir: *cacheDir, Force: *force, Progress: newProgress(stderr).report}
+		bopts := &cpython.Options{CacheDir: *cacheDir, Force: *force, Progress: newProgress(stderr).report,
+			With: splitList(*with), Sources: map[string]string{"numpy": *numpySource, "cython": *cythonSource}}
 		if *session {
 			// The session build of the built guest (the guest must be built).
 			if _, _, s, err := cpython.LoadSession(ctx, bopts); err == nil && !*force {
@@ -112,7 +116,7 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "guest:    %s (the one sandboxes load; $%s or --built/--npm choose)\n", kind, sandbox.GuestEnv)
 		}
 		if kind == sandbox.GuestBuilt {
-			info, err := cpython.Built(&cpython.Options{CacheDir: *cacheDir})
+			info, err := cpython.Built(&cpython.Options{CacheDir: *cacheDir, With: splitList(*with)})
 			if err != nil {
 				return err
 			}
@@ -198,8 +202,23 @@ func (p *progress) endLine() {
 func mb(n int64) float64 { return float64(n) / 1e6 }
 
 // printBuilt prints what went into the built guest and what came out.
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func printBuilt(w io.Writer, info cpython.Info) {
 	fmt.Fprintf(w, "python:    CPython %s for wasm32-wasi (recipe %d, key %s)\n", info.Python, info.Recipe, info.Key)
+	if len(info.With) > 0 {
+		fmt.Fprintf(w, "with:      %s\n", strings.Join(info.With, ", "))
+		fmt.Fprintf(w, "built-in:  %s\n", strings.Join(info.Builtins, " "))
+	}
 	fmt.Fprintf(w, "toolchain: %s\n", info.Toolchain)
 	fmt.Fprintf(w, "wasm:      sha256:%s (%d bytes, debug sections stripped)\n", info.WasmSHA256, info.WasmSize)
 	fmt.Fprintf(w, "prepared:  sha256:%s (%s)\n", info.PreparedSHA256, strings.Join(info.PreparedSteps, ", "))
@@ -208,6 +227,9 @@ func printBuilt(w io.Writer, info cpython.Info) {
 	fmt.Fprintln(w, "inputs:")
 	for _, in := range info.Inputs {
 		fmt.Fprintf(w, "  %-10s %-28s %-7s %s\n             %s sha256:%s\n", in.Package, in.Version, in.Suite, in.Upstream, in.File, in.SHA256)
+	}
+	for _, in := range info.LocalInputs {
+		fmt.Fprintf(w, "  %-10s %s\n             %s sha256:%s\n", in.Name, in.Upstream, in.File, in.SHA256)
 	}
 	fmt.Fprintln(w, "flags:")
 	for _, f := range info.Flags {

@@ -354,6 +354,13 @@ func TestGuestInfoBuilt(t *testing.T) {
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, errs, "fumehood guest build")
 
+	code, _, errs = fumehood(t, "", "guest", "info", "--built", "--with", "numpy", "--cache-dir", t.TempDir())
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "fumehood guest build --with numpy")
+	code, _, errs = fumehood(t, "", "guest", "info", "--built", "--with", "pandas", "--cache-dir", t.TempDir())
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "unknown optional part")
+
 	code, out, errs := fumehood(t, "", "guest", "info", "--built")
 	if code != 0 && strings.Contains(errs, "not built") {
 		t.Skip("the CPython guest is not built (make guest-build)")

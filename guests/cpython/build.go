@@ -45,13 +45,24 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 		}
 	}
 	start := time.Now()
-	tc, err := CheckTools()
+	parts, err := opts.parts()
 	if err != nil {
+		return Info{}, err
+	}
+	tc, err := checkTools(append(append([]Tool(nil), Tools...), partTools(parts)...))
+	if err != nil {
+		return Info{}, err
+	}
+	local := map[string]string{}
+	if err := localInputs(d, opts, parts, local); err != nil { // optional parts (variant.go)
 		return Info{}, err
 	}
 	files, err := fetchInputs(ctx, d, opts)
 	if err != nil {
 		return Info{}, err
+	}
+	for k, v := range local {
+		files[k] = v
 	}
 	if err := os.MkdirAll(d.tmp, 0o755); err != nil {
 		return Info{}, fmt.Errorf("cpython: %w", err)
@@ -69,7 +80,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	if b.jobs <= 0 {
 		b.jobs = runtime.NumCPU()
 	}
-	steps := b.steps()
+	steps := b.withParts(b.steps(), parts) // optional parts (variant.go)
 	for i, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return Info{}, err
@@ -94,6 +105,9 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 		Recipe: Recipe, Python: PythonVersion, Key: Key(), Inputs: Inputs,
 		Toolchain: tc.version, Flags: crossFlags("$W"),
 		WasmSize: int64(len(wasm)), StdlibSize: int64(len(stdlib)),
+	}
+	if err := b.describeParts(&info, opts); err != nil { // optional parts (variant.go)
+		return Info{}, fmt.Errorf("cpython: %w", err)
 	}
 	if info.WasmSHA256, err = d.store.Put(wasm); err != nil {
 		return Info{}, err
@@ -142,9 +156,13 @@ type toolchain struct {
 // CheckTools checks that every program in Tools is installed. The error,
 // matching ErrMissingTools, names the Debian packages to install.
 func CheckTools() (toolchain, error) {
+	return checkTools(Tools)
+}
+
+func checkTools(tools []Tool) (toolchain, error) {
 	var missing []string
 	seen := map[string]bool{}
-	for _, t := range Tools {
+	for _, t := range tools {
 		var err error
 		if filepath.IsAbs(t.Command) {
 			_, err = os.Stat(t.Command)

@@ -77,6 +77,15 @@ type Options struct {
 	Jobs int
 	// Force rebuilds even when the guest is in the cache.
 	Force bool
+	// With lists the optional parts built into the guest: [Numpy]. A guest
+	// with parts is a variant with its own cache key and manifest; Load,
+	// Built and StdlibFS given the same With find it.
+	With []string
+	// Sources gives the paths of [LocalInput] files by Name ("numpy",
+	// "cython"); an input not given is looked for in the cache's sources
+	// directory under its File name. Build copies a given file there once
+	// it is verified.
+	Sources map[string]string
 }
 
 func (o *Options) progress(p python.Progress) {
@@ -113,6 +122,13 @@ type Info struct {
 	PreparedSteps []string `json:"prepared_steps"`
 	// BuildSeconds is how long the build took.
 	BuildSeconds float64 `json:"build_seconds"`
+	// With lists the optional parts built in (Options.With), sorted.
+	With []string `json:"with,omitempty"`
+	// LocalInputs are the inputs of those parts.
+	LocalInputs []LocalInput `json:"local_inputs,omitempty"`
+	// Builtins lists the extension modules those parts registered as
+	// built-in modules, by dotted name.
+	Builtins []string `json:"builtins,omitempty"`
 }
 
 // Key returns the digest naming a build of the current inputs, flags and
@@ -143,11 +159,15 @@ func (o *Options) dirs() (dirs, error) {
 	if err != nil {
 		return dirs{}, err
 	}
+	key, err := o.key()
+	if err != nil {
+		return dirs{}, err
+	}
 	root := filepath.Join(c, "cpython")
 	return dirs{
 		cache:    c,
 		store:    pipeline.NewStore(filepath.Join(c, "guests")),
-		manifest: filepath.Join(root, "builds", Key()+".json"),
+		manifest: filepath.Join(root, "builds", key+".json"),
 		apt:      filepath.Join(root, "apt"),
 		sources:  filepath.Join(root, "sources"),
 		tmp:      filepath.Join(root, "tmp"),
@@ -200,7 +220,7 @@ func loadInfo(opts *Options) (Info, dirs, error) {
 	}
 	b, err := os.ReadFile(d.manifest)
 	if errors.Is(err, os.ErrNotExist) {
-		return Info{}, d, ErrNotBuilt
+		return Info{}, d, notBuilt(opts)
 	}
 	if err != nil {
 		return Info{}, d, fmt.Errorf("cpython: %w", err)
