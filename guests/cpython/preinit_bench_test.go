@@ -12,12 +12,15 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
 // The measurements that decide how sandbox will use the driver (issue 19,
@@ -43,6 +46,14 @@ func benchImage(b *testing.B) (*preinitGuest, *image) {
 		require.NoError(b, err)
 		defer fresh.Close(context.Background())
 		benchImg = captureImage(b, mod, fresh, g.globals)
+		data := 0
+		for _, i := range benchImg.diff {
+			if p := dataPages(b, g); int(i) < len(p) && p[i] {
+				data++
+			}
+		}
+		b.Logf("image: %d MiB of memory, %d non-zero pages, %d pages differ from a fresh instance, %d of them in the data segments (4 KiB pages)",
+			benchImg.size>>20, benchImg.nonZeroPages(), len(benchImg.diff), data)
 	})
 	require.NotNil(b, benchImg)
 	return g, benchImg
@@ -118,14 +129,13 @@ func cowAlloc(b *testing.B, f *os.File) experimental.MemoryAllocator {
 	})
 }
 
-// restoreCow finishes a copy-on-write instance: wazero wrote the data
-// segments over the image at instantiation, so the pages of the image that
-// differ from a fresh instance's and that a fresh instance has non-zero
-// (the data segments) are written again.
-func (img *image) restoreCow(m api.Module, fresh []bool) error {
+// restoreCow finishes a copy-on-write instance: wazero wrote the active
+// data segments over the image at instantiation, so the image's pages they
+// cover (dataPages) that differ from a fresh instance's are written again.
+func (img *image) restoreCow(m api.Module, data []bool) error {
 	buf, _ := m.Memory().Read(0, m.Memory().Size())
 	for _, i := range img.diff {
-		if int(i) < len(fresh) && fresh[i] {
+		if int(i) < len(data) && data[i] {
 			copy(buf[i*imagePage:(i+1)*imagePage], img.mem[i*imagePage:])
 		}
 	}
@@ -135,22 +145,67 @@ func (img *image) restoreCow(m api.Module, fresh []bool) error {
 	return nil
 }
 
-// freshNonZero lists which pages of a fresh instance's memory are not all
-// zeros (the data segments).
-func freshNonZero(b *testing.B, g *preinitGuest) []bool {
-	m, err := g.instantiate(b, nil, io.Discard, io.Discard)
+// dataPages lists which pages the module's active data segments cover
+// (each at an i32.const offset, as wasm-ld writes them).
+func dataPages(b *testing.B, g *preinitGuest) []bool {
+	m, err := wasmbin.Parse(g.wasm)
 	require.NoError(b, err)
-	defer m.Close(context.Background())
-	buf, _ := m.Memory().Read(0, m.Memory().Size())
-	zero := make([]byte, imagePage)
-	nz := make([]bool, len(buf)/imagePage)
-	for i := range nz {
-		nz[i] = !bytes.Equal(buf[i*imagePage:(i+1)*imagePage], zero)
+	sec := m.Section(wasmbin.SectionData)
+	require.NotNil(b, sec)
+	p := sec.Payload
+	next := func() uint32 {
+		v, n, err := wasmbin.U32(p)
+		require.NoError(b, err)
+		p = p[n:]
+		return v
 	}
-	return nz
+	var pages []bool
+	for count := next(); count > 0; count-- {
+		flags := next()
+		require.Contains(b, []uint32{0, 1}, flags, "data segment kind")
+		if flags == 1 { // passive
+			p = p[next():]
+			continue
+		}
+		require.Equal(b, byte(0x41), p[0], "i32.const offset")
+		off, n, err := wasmbin.S32(p[1:])
+		require.NoError(b, err)
+		require.Equal(b, byte(0x0b), p[1+n])
+		p = p[2+n:]
+		size := next()
+		p = p[size:]
+		for i := uint32(off) / imagePage; i <= (uint32(off)+size)/imagePage; i++ {
+			for len(pages) <= int(i) {
+				pages = append(pages, false)
+			}
+			pages[i] = true
+		}
+	}
+	return pages
 }
 
 var printReq = []byte(`{"code": "print(1)"}`)
+
+// guardedExec runs a request with a fuel budget of 10^10 and a watchdog
+// that poisons the fuel after 30 s, so that a runaway guest fails the
+// benchmark rather than hangs it.
+func guardedExec(b *testing.B, ctx context.Context, d *cpython.Driver, m api.Module, req []byte) *cpython.Outcome {
+	budget := int64(10_000_000_000)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-stop:
+		case <-time.After(30 * time.Second):
+			m.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal).Set(1 << 63)
+		}
+	}()
+	o, err := d.Exec(context.WithValue(ctx, budgetKey{}, &budget), req, 1<<20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return o
+}
 
 // BenchmarkPreinitOneShot is a one-shot run from the image: a new
 // instance, the image written into it, fumehood_exec of print(1), close.
@@ -159,7 +214,7 @@ var printReq = []byte(`{"code": "print(1)"}`)
 // the data segments' pages.
 func BenchmarkPreinitOneShot(b *testing.B) {
 	g, img := benchImage(b)
-	nz := freshNonZero(b, g)
+	nz := dataPages(b, g)
 	f := cowFile(b, img)
 	for _, mode := range []string{"diff", "full", "cow"} {
 		for _, exec := range []bool{false, true} {
@@ -188,8 +243,7 @@ func BenchmarkPreinitOneShot(b *testing.B) {
 					if exec {
 						d, err := cpython.Attach(m)
 						require.NoError(b, err)
-						o, err := d.Exec(ctx, printReq, 1<<20)
-						require.NoError(b, err)
+						o := guardedExec(b, ctx, d, m, printReq)
 						if o.Exception != nil || out.String() != "1\n" {
 							b.Fatalf("outcome %+v, stdout %q", o, out.String())
 						}
@@ -199,7 +253,14 @@ func BenchmarkPreinitOneShot(b *testing.B) {
 			})
 		}
 	}
+	cow := 0
+	for _, i := range img.diff {
+		if int(i) < len(nz) && nz[i] {
+			cow++
+		}
+	}
 	b.ReportMetric(float64(len(img.diff)), "diff-pages")
+	b.ReportMetric(float64(cow), "cow-pages")
 }
 
 // BenchmarkPreinitExec is a request on a live instance: x += 1, the
@@ -219,9 +280,7 @@ func BenchmarkPreinitExec(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := d.Exec(ctx, req, 1<<20); err != nil {
-					b.Fatal(err)
-				}
+				guardedExec(b, ctx, d, m, req)
 			}
 		})
 	}
@@ -260,7 +319,7 @@ func BenchmarkPreinitInit(b *testing.B) {
 // fresh instance (4 KiB each).
 func BenchmarkPreinitIdleMemory(b *testing.B) {
 	g, img := benchImage(b)
-	nz := freshNonZero(b, g)
+	nz := dataPages(b, g)
 	f := cowFile(b, img)
 	const n = 32
 	for _, mode := range []string{"diff", "cow"} {
@@ -283,8 +342,7 @@ func BenchmarkPreinitIdleMemory(b *testing.B) {
 					}
 					d, err := cpython.Attach(m)
 					require.NoError(b, err)
-					_, err = d.Exec(ctx, []byte(`{"code": "x += 1"}`), 100)
-					require.NoError(b, err)
+					guardedExec(b, ctx, d, m, []byte(`{"code": "x += 1"}`))
 					mods[j] = m
 				}
 				heap1, rss1 := memNow()
@@ -335,9 +393,7 @@ func BenchmarkPreinitCheckpoint(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		if _, err := d.Exec(ctx, req, 100); err != nil {
-			b.Fatal(err)
-		}
+		guardedExec(b, ctx, d, m, req)
 		b.StartTimer()
 		mem, _ := m.Memory().Read(0, m.Memory().Size())
 		if len(mem) > len(check) {

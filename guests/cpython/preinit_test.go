@@ -36,6 +36,7 @@ import (
 type preinitGuest struct {
 	rt      wazero.Runtime
 	cm      wazero.CompiledModule
+	wasm    []byte // the module cm was compiled from
 	lib     afero.Fs
 	globals []string // every mutable global's export name
 }
@@ -118,7 +119,8 @@ func compilePreinit(ctx context.Context) (*preinitGuest, error) {
 	if err != nil {
 		return nil, err
 	}
-	cm, err := rt.CompileModule(ctx, m.Encode())
+	wasm = m.Encode()
+	cm, err := rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +128,7 @@ func compilePreinit(ctx context.Context) (*preinitGuest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &preinitGuest{rt: rt, cm: cm, lib: lib, globals: globals}, nil
+	return &preinitGuest{rt: rt, cm: cm, wasm: wasm, lib: lib, globals: globals}, nil
 }
 
 // config is the configuration of a new instance: no start function
