@@ -26,8 +26,8 @@ const Name = "run_python"
 // Instructions say what the sandbox has and lacks, for a model. The MCP
 // server (package mcpserver) gives them as its instructions; Description
 // holds them too.
-const Instructions = "Python 3.12 (CPython compiled to WebAssembly) with the standard library only: " +
-	"no pip and no third-party packages (no numpy, pandas or matplotlib); ssl, ctypes and lzma are missing. " +
+const Instructions = "Python 3 (CPython 3.13, or 3.12 where fumehood's own build is not installed, compiled to WebAssembly) " +
+	"with the standard library only: no pip and no third-party packages (no numpy, pandas or matplotlib); ssl and ctypes are missing. " +
 	"No network unless the host allows some sites, no subprocesses, no threads. " +
 	"The filesystem is in memory: keep data and results under /work, scratch files under /tmp. " +
 	"Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped."

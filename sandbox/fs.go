@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -195,8 +196,15 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		// sandbox and session of the guest (so that a session's file
 		// descriptors are the same in its base image), read-only, shared,
 		// and none of the sandbox's mounts (no quota, no host access).
+		// Its device number follows the mounts', not counting the stand-in
+		// of the host-call channel a session's base image mounts, so that
+		// it is the same in the base image and in the session.
+		dev := uint64(len(mounts) + 1)
+		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == HostMountPath }) {
+			dev--
+		}
 		fsys, err := wasi.NewFS(g.stdlib, wasi.Options{ReadOnly: true, ReportErrno: s.errno.report,
-			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(len(mounts) + 1)})
+			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: dev})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: standard library: %w", err)
 		}

@@ -1,6 +1,6 @@
 // Package sandbox runs untrusted code inside WebAssembly, in the caller's
-// own process: CPython 3.12 (the bundled guest) or any WASI preview 1
-// program.
+// own process: CPython (3.13, the guest fumehood builds, or 3.12, the npm
+// guest; see CompilePython) or any WASI preview 1 program.
 //
 // Compile a guest once and run it many times; a [Guest] is safe for
 // concurrent use:

@@ -7,7 +7,7 @@
 //	go run ./bench/cpuexp -dump-plain /tmp/plain.wasm   # for wasm-opt
 //	go run ./bench/cpuexp -variants plain,wasm:/tmp/plain-O2.wasm,fuelwasm:/tmp/plain-O2.wasm
 //
-// Variants: native (the machine's python3), fuel (the installed guest, as
+// Variants: native (the machine's python3), fuel (the npm guest, as
 // sandbox.CompilePython runs it), plain (the guest after strip-debug only,
 // no fuel, on bare wazero), interp (plain on wazero's interpreter),
 // wasm:FILE (any CPython build, no fuel, bare wazero), fuelwasm:FILE (FILE
@@ -241,7 +241,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			return string(out), float64((st.UserTime() + st.SystemTime()).Microseconds()) / 1000, nil
 		}, func() {}, nil
 	case "fuel":
-		g, err := sandbox.CompilePython(ctx, nil)
+		g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -13,11 +13,18 @@
 // served read-only at /usr by [StdlibFS]). The interpreter then goes
 // through the Python guest's preparation steps (python.Steps). A manifest
 // ([Info]) records the inputs, the flags and the digests; [Load] reads it.
+// sandbox.CompilePython loads this guest wherever it is built.
+//
+// [PrepareSession] makes its session build (asyncify, as the npm guest's),
+// [LoadSession] loads it. [Export] and [Import] move a built guest between
+// machines as one file, verified by digest before anything is stored.
 //
 // From the command line:
 //
-//	fumehood guest build
+//	fumehood guest build [--session]
 //	fumehood guest info --built
+//	fumehood guest export FILE
+//	fumehood guest import FILE
 package cpython
 
 import (

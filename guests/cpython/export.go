@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/pipeline"
@@ -123,14 +124,25 @@ func readExport(r io.Reader) (exported, error) {
 		if h.Name != name || h.Typeflag != tar.TypeReg {
 			return nil, fmt.Errorf("%w: entry %q where %s was expected", ErrBadExport, h.Name, name)
 		}
+		for k := range h.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				// A sparse entry's holes are bytes the file does not hold.
+				return nil, fmt.Errorf("%w: %s is a sparse file", ErrBadExport, name)
+			}
+		}
 		if h.Size < 0 || h.Size > max {
 			return nil, fmt.Errorf("%w: %s is %d bytes (at most %d)", ErrBadExport, name, h.Size, max)
 		}
-		b := make([]byte, h.Size)
-		if _, err := io.ReadFull(tr, b); err != nil {
+		// Read as the bytes arrive, not by the header's size: a short file
+		// claiming a large entry costs only what it holds.
+		var buf bytes.Buffer
+		if _, err := io.Copy(&buf, tr); err != nil {
 			return nil, fmt.Errorf("%w: %s is truncated: %w", ErrBadExport, name, err)
 		}
-		return b, nil
+		if int64(buf.Len()) != h.Size {
+			return nil, fmt.Errorf("%w: %s is truncated", ErrBadExport, name)
+		}
+		return buf.Bytes(), nil
 	}
 	m, err := next(exportManifest, maxExportManifest)
 	if err != nil {
