@@ -97,7 +97,8 @@ fuzz:
 		./mcpserver:FuzzCheckLine \
 		./mcpserver:FuzzTruncate \
 		./codetool:FuzzParseInput \
-		./guests/cpython:FuzzReadExport
+		./guests/cpython:FuzzReadExport \
+		./guests/cpython:FuzzDecodeOutcome
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.

@@ -48,6 +48,7 @@ func (b *builder) steps() []buildStep {
 		{"liblzma", b.lzma},
 		{"sqlite3", b.sqlite},
 		{"configure cpython for wasm32-wasi", b.crossConfigure},
+		{"fumehood driver", b.driver},
 		{"make cpython for wasm32-wasi", b.crossMake},
 		{"standard library", b.stdlib},
 	}
@@ -209,6 +210,7 @@ func crossFlags(w string) []string {
 		"stack-size=8388608 (configure's default for WASI)",
 		"sqlite: "+strings.Join(sqliteDefines, " "),
 		"libraries: "+OptFlags,
+		driverFlag(),
 	)
 }
 
@@ -226,6 +228,7 @@ func crossEnv(w string) []string {
 		"BZIP2_CFLAGS=-I" + inc, "BZIP2_LIBS=-L" + lib + " -lbz2",
 		"LIBLZMA_CFLAGS=-I" + inc, "LIBLZMA_LIBS=-L" + lib + " -llzma",
 		"LIBSQLITE3_CFLAGS=-I" + inc, "LIBSQLITE3_LIBS=-L" + lib + " -lsqlite3",
+		driverLinkCC(w),
 	}
 }
 

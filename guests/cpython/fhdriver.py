@@ -1,0 +1,160 @@
+# The Python side of fumehood's driver in the built guest
+# (cdriver/fhdriver.c). fumehood_init runs it once in __main__'s namespace
+# after the interpreter started, possibly preceded by other start-up code;
+# it defines fumehood_exec, which the C side calls for every request with
+# the request's bytes and whose returned bytes are the outcome.
+#
+# A request is the session driver's JSON request (sandbox/driver.py):
+# code, n, env, seed, path, site, mounts, max_value; "result" is not
+# needed, the outcome is returned. The code runs in one persistent
+# __main__ namespace; the last statement, if an expression, is evaluated
+# apart for its repr (and builtins._).
+#
+# The outcome holds what the session driver writes to its files, in this
+# order, each as a little-endian u32 length and that many bytes:
+#
+#   the JSON outcome ({"value": bool, "exception": bool, "exit": int|null},
+#   sandbox/outcome.go's)
+#   the value's repr, the exception's type, message and traceback (UTF-8;
+#   empty when absent), each cut to max_value+1 bytes
+#
+# Nothing here is trusted by the host: the guest's code can reach all of it.
+import ast, builtins, json, linecache, os, sys, traceback, types
+
+def _fumehood_driver():
+    G = globals()
+    main = types.ModuleType('__main__')
+    main.__builtins__ = builtins
+    sys.modules['__main__'] = main
+    ns = main.__dict__
+    if sys.path[:1] != ['']:
+        sys.path.insert(0, '')  # as `python -c` has it
+    loads, dumps = json.loads, json.dumps
+    runs = []
+    mounts = G.get('_fumehood_mounts')
+    hint = G.get('_fumehood_hint')
+
+    def trimmed(e):
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_globals is G:
+            tb = tb.tb_next
+        if isinstance(e, SyntaxError):
+            tb = None
+        return tb
+
+    def run(req):
+        out = {}
+        env = req.get('env')
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+            penv = sys.modules['posix'].environ
+            penv.clear()
+            penv.update((os.fsencode(k), os.fsencode(v)) for k, v in env.items())
+            at = 1 if sys.path[:1] == [''] else 0
+            sys.path[at:at] = [p for p in env.get('PYTHONPATH', '').split(':') if p and p not in sys.path]
+        if 'mounts' in req and mounts is not None:
+            mounts(req['mounts'])
+        sys.path[0:0] = req.get('path', [])
+        for d in req.get('site', []):
+            sys.path.insert(0, d)
+            try:
+                import sitecustomize
+            finally:
+                sys.path.remove(d)
+                sys.modules.pop('sitecustomize', None)
+        seed = req.get('seed')
+        if seed is not None:
+            if 'random' in sys.modules:
+                sys.modules['random'].seed(bytes.fromhex(seed))
+            if 'tempfile' in sys.modules:
+                sys.modules['tempfile']._name_sequence = None
+        code = req.get('code')
+        if code is None:
+            return out
+        name = '<run-%d>' % req.get('n', 0)
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        runs.append(name)
+        if len(runs) > 64:
+            linecache.cache.pop(runs.pop(0), None)
+        try:
+            tree = ast.parse(code, name, 'exec')
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, name, 'exec'), ns)
+            if last is not None:
+                value = eval(compile(last, name, 'eval'), ns)
+                if value is not None:
+                    builtins._ = value
+                    out['value'] = repr(value)
+        except SystemExit as e:
+            code = e.code
+            if code is None:
+                code = 0
+            elif not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+            out['exit'] = int(code)
+        except BaseException as e:
+            if hint is not None:
+                try:
+                    hint(e)
+                except BaseException:
+                    pass
+            text = ''.join(traceback.format_exception(type(e), e, trimmed(e)))
+            try:
+                sys.stderr.write(text)
+            except BaseException:
+                pass
+            try:
+                message = str(e)
+            except BaseException:
+                message = '<unprintable %s>' % type(e).__name__
+            out['type'] = type(e).__module__ + '.' + type(e).__qualname__ if type(e).__module__ not in ('builtins', '__main__') else type(e).__qualname__
+            out['message'] = message
+            out['traceback'] = text
+        return out
+
+    def fumehood_exec(data):
+        try:
+            req = loads(data)
+            out = run(req)
+        except BaseException as e:
+            req = {}
+            out = {'type': type(e).__name__, 'message': 'fumehood driver: ' + str(e), 'traceback': ''}
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except BaseException:
+                pass
+        fh = sys.modules.get('fumehood')
+        if fh is not None and getattr(fh, '_fd', None) is not None:
+            try:
+                os.close(fh._fd)
+            except OSError:
+                pass
+            fh._fd = None
+        n = req.get('max_value') if type(req) is dict else None
+        n = n + 1 if type(n) is int and n >= 0 else None
+        meta = {'value': 'value' in out, 'exception': 'type' in out, 'exit': out.get('exit')}
+        parts = [dumps(meta).encode()]
+        for k in ('value', 'type', 'message', 'traceback'):
+            parts.append(out[k][:n].encode('utf-8', 'backslashreplace')[:n] if k in out else b'')
+        return b''.join(len(p).to_bytes(4, 'little') + p for p in parts)
+
+    # Pay for first uses now, so that they are in the initialized image:
+    # the ast types compile() sets up, traceback's formatting.
+    # The traceback written to stderr goes nowhere.
+    err, sys.stderr = sys.stderr, types.SimpleNamespace(write=len, flush=lambda: None)
+    try:
+        for warm in ('None', '1/0'):
+            run({'code': warm, 'n': -1})
+    finally:
+        sys.stderr = err
+    linecache.cache.pop('<run--1>', None)
+    runs.clear()
+    return fumehood_exec
+
+fumehood_exec = _fumehood_driver()
+del _fumehood_driver
