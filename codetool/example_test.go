@@ -29,7 +29,7 @@ func Example() {
 	for _, args := range []string{
 		`{"code": "import statistics\nxs = [3, 1, 4, 1, 5]\nprint(len(xs))"}`,
 		`{"code": "statistics.mean(xs)"}`, // the session remembers xs
-		`{"code": "1/0"}`,
+		`{"code": "raise ValueError('no such file')"}`,
 		`{"code": "1", "memory": "64GB"}`,
 	} {
 		res := tool.Call(ctx, "conversation-1", []byte(args))
@@ -45,10 +45,9 @@ func Example() {
 	// stderr:
 	// Traceback (most recent call last):
 	//   File "<run-3>", line 1, in <module>
-	//     1/0
-	//      ~^~
-	// ZeroDivisionError: division by zero
-	// exception: ZeroDivisionError: division by zero
+	//     raise ValueError('no such file')
+	// ValueError: no such file
+	// exception: ValueError: no such file
 	// is_error=true
 	// error: codetool: bad arguments: the arguments are not {"code": "<python>", "timeout_ms": <optional integer>}: unknown field "memory"
 }

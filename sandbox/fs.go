@@ -170,6 +170,9 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		if m.Path == HostMountPath && !session {
 			return nil, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
 		}
+		if g.stdlib != nil && (m.Path == StdlibPath || hasPrefixPath(m.Path, StdlibPath)) {
+			return nil, fmt.Errorf("sandbox: %s is reserved for the Python guest's standard library", m.Path)
+		}
 		seen[m.Path] = true
 		hasRoot = hasRoot || m.Path == "/"
 	}
@@ -187,6 +190,18 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	}
 	s := &Sandbox{g: g}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
+	if g.stdlib != nil {
+		// The built guest's standard library: the first preopen, in every
+		// sandbox and session of the guest (so that a session's file
+		// descriptors are the same in its base image), read-only, shared,
+		// and none of the sandbox's mounts (no quota, no host access).
+		fsys, err := wasi.NewFS(g.stdlib, wasi.Options{ReadOnly: true, ReportErrno: s.errno.report,
+			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(len(mounts) + 1)})
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: standard library: %w", err)
+		}
+		fscfg = fscfg.WithSysFSMount(fsys, StdlibPath).(sysfs.FSConfig)
+	}
 	for i, m := range mounts {
 		// Device numbers 1, 2, ... in mount order: distinct within the
 		// sandbox, which is all a guest can compare, and the same in every

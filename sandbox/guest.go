@@ -20,13 +20,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 
+	"github.com/spf13/afero"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
@@ -75,6 +78,10 @@ type Options struct {
 	// CompilePython also reads the cached base image of sessions without
 	// mounts (about 10 MB, kept for the first NewSession).
 	Sessions bool
+	// Guest chooses the Python guest CompilePython loads: GuestBuilt,
+	// GuestNPM, or empty for $FUMEHOOD_GUEST (GuestEnv) or, without it, the
+	// built guest where it is built and the npm guest elsewhere.
+	Guest string
 }
 
 // Guest is a compiled guest module. It is safe for concurrent use: each run
@@ -95,37 +102,143 @@ type Guest struct {
 	bases       baseImages               // session base images, by mount layout
 	cacheDir    string                   // where base images are kept between processes
 	prefetched  atomic.Pointer[prefetch] // the default layout's base image, being read
+	pyInfo      PythonInfo               // which Python guest (zero if not Python)
+	stdlib      afero.Fs                 // the built guest's standard library, mounted at StdlibPath
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// CompilePython compiles the installed Python guest. If the guest is not
-// installed it returns an error matching ErrGuestNotInstalled, unless
-// opts.Install is set.
+// The Python guests CompilePython can load (Options.Guest, Guest.Python).
+const (
+	// GuestBuilt is the project's own CPython 3.13 guest, built by
+	// `fumehood guest build` (package guests/cpython), with its standard
+	// library mounted read-only at /usr.
+	GuestBuilt = "built"
+	// GuestNPM is the CPython 3.12 guest of an npm package, installed by
+	// `fumehood guest install` (package guests/python): the fallback that
+	// needs no toolchain.
+	GuestNPM = "npm"
+)
+
+// GuestEnv is the environment variable that chooses the Python guest when
+// Options.Guest is empty: GuestBuilt or GuestNPM; unset (or "auto") means
+// the built guest where it is built, else the npm guest.
+const GuestEnv = "FUMEHOOD_GUEST"
+
+// ErrUnknownGuest reports an Options.Guest (or $FUMEHOOD_GUEST) that names
+// no Python guest.
+var ErrUnknownGuest = errors.New("sandbox: unknown Python guest")
+
+// StdlibPath is where a sandbox of the built guest mounts its standard
+// library, read-only and shared by every sandbox of the process. Mounts may
+// not use it.
+const StdlibPath = cpython.StdlibMountPath
+
+// PythonInfo says which Python guest a Guest is.
+type PythonInfo struct {
+	// Guest is GuestBuilt or GuestNPM.
+	Guest string
+	// Version is the CPython version, such as "3.13.5".
+	Version string
+	// SHA256 is the digest of the compiled binary (Guest.ID).
+	SHA256 string
+	// Sessions reports the session build.
+	Sessions bool
+}
+
+// Python says which Python guest g is; the zero PythonInfo for a guest
+// that is not Python.
+func (g *Guest) Python() PythonInfo { return g.pyInfo }
+
+// ChooseGuest returns the Python guest CompilePython loads for opts:
+// opts.Guest, else $FUMEHOOD_GUEST, else GuestBuilt if the built guest is in
+// the cache and GuestNPM if not. It reads only the built guest's manifest.
+func ChooseGuest(opts *Options) (string, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	kind := opts.Guest
+	if kind == "" {
+		kind = os.Getenv(GuestEnv)
+	}
+	switch kind {
+	case GuestBuilt, GuestNPM:
+		return kind, nil
+	case "", "auto":
+		if _, err := cpython.Built(&cpython.Options{CacheDir: opts.CacheDir}); err == nil {
+			return GuestBuilt, nil
+		}
+		return GuestNPM, nil
+	}
+	return "", fmt.Errorf("%w %q (want %q or %q)", ErrUnknownGuest, kind, GuestBuilt, GuestNPM)
+}
+
+// CompilePython compiles a Python guest: the one opts.Guest names, else the
+// built guest (GuestBuilt) where it is built, else the npm guest
+// (GuestNPM); Guest.Python says which. If the npm guest is not installed it
+// returns an error matching ErrGuestNotInstalled, unless opts.Install is
+// set; the built guest, when asked for and not built, an error matching
+// cpython.ErrNotBuilt.
 func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	popts := &python.Options{CacheDir: opts.CacheDir, Progress: opts.Progress}
-	load := python.Load
-	if opts.Install {
-		load = python.Ensure
-	}
-	if opts.Sessions {
-		load = python.LoadSession
-		if opts.Install {
-			load = python.EnsureSession
-		}
-	}
-	wasm, build, err := load(ctx, popts)
+	kind, err := ChooseGuest(opts)
 	if err != nil {
 		return nil, err
 	}
+	var (
+		wasm    []byte
+		info    PythonInfo
+		stdlib  afero.Fs
+		version = python.Version
+	)
+	if kind == GuestBuilt {
+		copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.Progress}
+		var built cpython.Info
+		if opts.Sessions {
+			load := cpython.LoadSession
+			if opts.Install {
+				load = cpython.EnsureSession
+			}
+			var s cpython.Session
+			wasm, built, s, err = load(ctx, copts)
+			info.SHA256 = s.SHA256
+		} else {
+			wasm, built, err = cpython.Load(ctx, copts)
+			info.SHA256 = built.PreparedSHA256
+		}
+		if err != nil {
+			return nil, err
+		}
+		if stdlib, err = cpython.StdlibFS(ctx, copts); err != nil {
+			return nil, err
+		}
+		version = built.Python
+	} else {
+		popts := &python.Options{CacheDir: opts.CacheDir, Progress: opts.Progress}
+		load := python.Load
+		if opts.Install {
+			load = python.Ensure
+		}
+		if opts.Sessions {
+			load = python.LoadSession
+			if opts.Install {
+				load = python.EnsureSession
+			}
+		}
+		var build python.Build
+		if wasm, build, err = load(ctx, popts); err != nil {
+			return nil, err
+		}
+		info.SHA256 = build.SHA256
+	}
+	info.Guest, info.Version, info.Sessions = kind, version, opts.Sessions
 	var pre *prefetch
 	if opts.Sessions {
 		if dir, err := python.CacheDir(opts.CacheDir); err == nil {
-			pre = startPrefetch(baseFileName(dir, build.SHA256, defaultLayout))
+			pre = startPrefetch(baseFileName(dir, info.SHA256, defaultLayout))
 		}
 	}
 	// The prepared guest is fuel-instrumented by the pipeline (python.Steps).
@@ -134,7 +247,9 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		return nil, err
 	}
 	g.python = true
-	g.id = build.SHA256
+	g.id = info.SHA256
+	g.pyInfo = info
+	g.stdlib = stdlib
 	if opts.Sessions {
 		if err := g.sessionGlobals(wasm); err != nil {
 			g.Close(ctx)

@@ -94,7 +94,7 @@ func TestCompileRejectsBadModules(t *testing.T) {
 }
 
 func TestCompilePythonNotInstalled(t *testing.T) {
-	_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: t.TempDir()})
+	_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: t.TempDir(), Guest: sandbox.GuestNPM})
 	require.ErrorIs(t, err, sandbox.ErrGuestNotInstalled)
 	assert.Contains(t, err.Error(), "fumehood guest install")
 }

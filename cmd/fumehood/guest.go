@@ -11,18 +11,20 @@ import (
 
 	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/sandbox"
 )
 
 func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return &usageError{"guest needs a subcommand: install, build or info"}
+		return &usageError{"guest needs a subcommand: install, build, info, export or import"}
 	}
 	fs := flag.NewFlagSet("guest "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
 	tarball := fs.String("from", "", "install from this package tarball instead of downloading it")
-	session := fs.Bool("session", false, "the session build (pausable, for sessions); needs Binaryen's wasm-opt")
+	session := fs.Bool("session", false, "install, build: the session build (pausable, for sessions); needs Binaryen's wasm-opt")
 	built := fs.Bool("built", false, "info: the CPython "+cpython.PythonVersion+" guest built by `guest build`")
+	npm := fs.Bool("npm", false, "info: the npm guest (CPython "+python.Version+")")
 	force := fs.Bool("force", false, "build: build again even when the built guest is in the cache")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &usageError{err.Error()}
@@ -48,6 +50,21 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	case "build":
 		bopts := &cpython.Options{CacheDir: *cacheDir, Force: *force, Progress: newProgress(stderr).report}
+		if *session {
+			// The session build of the built guest (the guest must be built).
+			if _, _, s, err := cpython.LoadSession(ctx, bopts); err == nil && !*force {
+				fmt.Fprintf(stderr, "the session build of CPython %s is already prepared: sha256:%s\n", cpython.PythonVersion, s.SHA256)
+				return nil
+			}
+			start := time.Now()
+			s, err := cpython.PrepareSession(ctx, bopts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "prepared the session build of CPython %s in %v: %d bytes (sha256:%s)\n",
+				cpython.PythonVersion, time.Since(start).Round(time.Second), s.Size, s.SHA256)
+			return nil
+		}
 		if !*force {
 			if info, err := cpython.Built(bopts); err == nil {
 				fmt.Fprintf(stderr, "CPython %s is already built: sha256:%s\n", info.Python, info.WasmSHA256)
@@ -62,13 +79,49 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "built CPython %s in %v: python.wasm %d bytes (sha256:%s), standard library %d bytes (sha256:%s)\n",
 			info.Python, time.Since(start).Round(time.Second), info.WasmSize, info.WasmSHA256, info.StdlibSize, info.StdlibSHA256)
 		return nil
+	case "export", "import":
+		if fs.NArg() != 1 {
+			return &usageError{"guest " + args[0] + " needs one FILE"}
+		}
+		copts := &cpython.Options{CacheDir: *cacheDir, Progress: newProgress(stderr).report}
+		start := time.Now()
+		if args[0] == "export" {
+			info, err := cpython.ExportFile(ctx, fs.Arg(0), copts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "exported CPython %s (key %.12s) to %s in %v\n", info.Python, info.Key, fs.Arg(0), time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		info, err := cpython.ImportFile(ctx, fs.Arg(0), copts)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "imported CPython %s (key %.12s, python.wasm sha256:%s) in %v\n", info.Python, info.Key, info.WasmSHA256, time.Since(start).Round(time.Millisecond))
+		return nil
 	case "info":
+		kind := sandbox.GuestNPM
 		if *built {
+			kind = sandbox.GuestBuilt
+		} else if !*npm {
+			k, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: *cacheDir})
+			if err != nil {
+				return err
+			}
+			kind = k
+			fmt.Fprintf(stdout, "guest:    %s (the one sandboxes load; $%s or --built/--npm choose)\n", kind, sandbox.GuestEnv)
+		}
+		if kind == sandbox.GuestBuilt {
 			info, err := cpython.Built(&cpython.Options{CacheDir: *cacheDir})
 			if err != nil {
 				return err
 			}
 			printBuilt(stdout, info)
+			if _, _, ses, err := cpython.LoadSession(ctx, &cpython.Options{CacheDir: *cacheDir}); err == nil {
+				fmt.Fprintf(stdout, "session:   sha256:%s (%d bytes; %s)\n", ses.SHA256, ses.Size, strings.Join(ses.Steps[len(ses.Steps)-2:], ", "))
+			} else {
+				fmt.Fprintf(stdout, "session:   not prepared (`%s`)\n", cpython.SessionCommand)
+			}
 			return nil
 		}
 		load := python.Load

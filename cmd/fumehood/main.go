@@ -10,8 +10,11 @@
 //	                                         run code in a session saved across processes
 //	fumehood repl [--resume FILE]            an interactive session (:snapshot FILE saves it)
 //	fumehood mcp [--http ADDR]               an MCP server (stdio, or streamable HTTP)
-//	fumehood guest install [--session]       fetch, verify and prepare the Python guest
-//	fumehood guest info                      show the installed guest
+//	fumehood guest install [--session]       fetch, verify and prepare the npm Python guest
+//	fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
+//	fumehood guest info [--built|--npm]      show the guest sandboxes load ($FUMEHOOD_GUEST chooses)
+//	fumehood guest export FILE               write the built guest to one file
+//	fumehood guest import FILE               verify and install a file guest export wrote
 //
 // Exit status: the guest's own exit status when it exits; when a limit
 // stopped the run, a status of its own (stderr names the limit in words):
@@ -67,8 +70,12 @@ Usage:
                                            run code in a session saved across processes
   fumehood repl [--resume FILE]            an interactive Python session (:snapshot FILE saves it)
   fumehood mcp [--http ADDR]               serve run_python and sessions to MCP clients
-  fumehood guest install                   fetch, verify and prepare the Python guest
-  fumehood guest info                      show the installed Python guest
+  fumehood guest install [--session]       fetch, verify and prepare the npm Python guest (3.12)
+  fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
+  fumehood guest info [--built|--npm]      show the Python guest sandboxes load
+                                           ($FUMEHOOD_GUEST=built|npm chooses one)
+  fumehood guest export FILE               write the built guest to one file
+  fumehood guest import FILE               verify a file guest export wrote and install it
 
 Run 'fumehood run -h' for the flags of run and repl.
 `

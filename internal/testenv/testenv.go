@@ -17,6 +17,37 @@ import (
 	"github.com/fumehood/fumehood/sandbox"
 )
 
+// TestGuestEnv is an alias of sandbox.GuestEnv ($FUMEHOOD_GUEST) for
+// tests: when set, it chooses the Python guest of every test binary that
+// imports testenv (and of the programs it starts), as
+// `FUMEHOOD_TEST_GUEST=npm go test ./...`. Without either, tests run on the
+// library's default: the built guest where it is built, else the npm guest.
+const TestGuestEnv = "FUMEHOOD_TEST_GUEST"
+
+func init() {
+	if v := os.Getenv(TestGuestEnv); v != "" {
+		os.Setenv(sandbox.GuestEnv, v)
+	}
+}
+
+// Guest returns the Python guest the tests run on: sandbox.GuestBuilt or
+// sandbox.GuestNPM.
+func Guest(t testing.TB) string {
+	t.Helper()
+	kind, err := sandbox.ChooseGuest(nil)
+	require.NoError(t, err)
+	return kind
+}
+
+// RequireGuest skips the test unless the tests run on the Python guest
+// kind (sandbox.GuestBuilt or sandbox.GuestNPM): for tests about one guest.
+func RequireGuest(t testing.TB, kind string) {
+	t.Helper()
+	if got := Guest(t); got != kind {
+		t.Skipf("about the %s guest; the tests run on the %s guest ($%s)", kind, got, sandbox.GuestEnv)
+	}
+}
+
 var python struct {
 	once  sync.Once
 	guest *sandbox.Guest
@@ -31,7 +62,7 @@ func Python(t testing.TB) *sandbox.Guest {
 	python.once.Do(func() {
 		python.guest, python.err = sandbox.CompilePython(context.Background(), nil)
 	})
-	require.NoError(t, python.err, "the Python guest is needed; `make test` installs it")
+	require.NoError(t, python.err, "the Python guest is needed; `make test` installs it (and builds the built guest)")
 	return python.guest
 }
 
