@@ -8,8 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
-	"github.com/fumehood/fumehood/internal/wasmbin"
+		"github.com/fumehood/fumehood/internal/wasmbin"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -83,14 +82,20 @@ func TestStackOverflowIsItsOwnError(t *testing.T) {
 	}
 }
 
+// deepLRU recurses through lru_cache's C wrapper: every level is a level of
+// C recursion.
+const deepLRU = "import functools, sys\nsys.setrecursionlimit(100000)\n" +
+	"@functools.lru_cache(None)\ndef f(n): return 0 if n == 0 else f(n - 1) + 1\nprint(f(20000))\n"
+
 // TestPythonStackOverflow runs, in the npm guest (a 512 KiB C stack, too
 // small for CPython's C recursion limit), recursion through C that runs
 // the stack out: the run reports ErrStackOverflow, not a bare trap.
 func TestPythonStackOverflow(t *testing.T) {
-	g := testenv.Python(t)
-	code := "import functools, sys\nsys.setrecursionlimit(100000)\n" +
-		"@functools.lru_cache(None)\ndef f(n): return 0 if n == 0 else f(n - 1) + 1\nprint(f(20000))\n"
-	res, err := g.Run(context.Background(), code, nil)
+	ctx := context.Background()
+	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM})
+	require.NoError(t, err, "the npm guest is needed; `make test` installs it")
+	defer g.Close(ctx)
+	res, err := g.Run(ctx, deepLRU, nil)
 	require.Error(t, err)
 	require.ErrorIs(t, err, sandbox.ErrStackOverflow)
 	var trap *sandbox.TrapError
