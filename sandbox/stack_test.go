@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-		"github.com/fumehood/fumehood/internal/wasmbin"
+	"github.com/fumehood/fumehood/internal/wasmbin"
 	"github.com/fumehood/fumehood/sandbox"
 )
 

@@ -19,15 +19,18 @@ import (
 // overwriting data.
 //
 // CPython 3.13 stops C recursion at Py_C_RECURSION_LIMIT levels, 5000 for
-// WASI, and raises RecursionError. Measured on this build (the lowest
-// __stack_pointer reached at two depths, TestCStackPerLevel): a level
-// through the evaluation loop (lru_cache, sum over a generator, map, a
-// dunder method, json object_hook) takes 530-850 bytes of C stack; the
-// costliest found, list.sort or sorted with a key that recurses, takes
-// 2.2 KiB (its merge state is on the stack). 5000 levels of that are
-// 10.5 MiB: 16 MiB leaves half as much again. CPython's WASI default of 8
-// MiB does not cover it (a recursive sort key traps at about 3,700
-// levels).
+// WASI, and raises RecursionError. Measured on the build with the 8 MiB
+// stack of CPython's configure (the lowest __stack_pointer reached at two
+// depths, and the depth where RecursionError comes): a recursion through
+// the evaluation loop (lru_cache, sum over a generator, map, a dunder
+// method, json's object_hook) takes 530-850 bytes of C stack per level, one
+// level of the limit each: at most 4.2 MiB at the limit. The costliest
+// found, list.sort or sorted with a key that recurses, takes 2.2 KiB per
+// level (its merge state is on the stack) but counts two levels of the
+// limit: 5.5 MiB at the limit. 8 MiB leaves too little room for paths not
+// measured (one at 1.7 KiB per level of the limit would overflow it);
+// 16 MiB holds 3.3 KiB per level. The stack costs linear memory, which the
+// run's memory limit counts (28 MiB at start instead of 20).
 const StackSize = 16 << 20
 
 // InitialMemory is the guest's initial linear memory: the stack, then
