@@ -20,17 +20,15 @@ import (
 //
 // CPython 3.13 stops C recursion at Py_C_RECURSION_LIMIT levels, 5000 for
 // WASI, and raises RecursionError. Measured on the build with the 8 MiB
-// stack of CPython's configure (the lowest __stack_pointer reached at two
-// depths, and the depth where RecursionError comes): a recursion through
-// the evaluation loop (lru_cache, sum over a generator, map, a dunder
-// method, json's object_hook) takes 530-850 bytes of C stack per level, one
-// level of the limit each: at most 4.2 MiB at the limit. The costliest
-// found, list.sort or sorted with a key that recurses, takes 2.2 KiB per
-// level (its merge state is on the stack) but counts two levels of the
-// limit: 5.5 MiB at the limit. 8 MiB leaves too little room for paths not
-// measured (one at 1.7 KiB per level of the limit would overflow it);
-// 16 MiB holds 3.3 KiB per level. The stack costs linear memory, which the
-// run's memory limit counts (28 MiB at start instead of 20).
+// stack of CPython's configure (TestCStackAtRecursionLimit: the lowest
+// stack pointer reached when the limit stops a recursion): through the
+// evaluation loop (lru_cache, sum over a generator, map, a dunder method,
+// re.sub, json's object_hook, pyexpat handlers) 0.75-1.5 MiB at the limit;
+// sorted with a key that recurses 2.6 MiB; list.sort whose comparison
+// recurses 5.0 MiB (its merge state is on the stack), 63% of 8 MiB. That
+// leaves too little room for paths not measured; 16 MiB holds three times
+// the worst found. The stack costs linear memory, which the run's memory
+// limit counts (28 MiB at start instead of 20).
 const StackSize = 16 << 20
 
 // InitialMemory is the guest's initial linear memory: the stack, then
