@@ -93,6 +93,34 @@ print(email.utils.make_msgid().endswith("@sandbox>"), dict(os.environ))
 	}
 }
 
+// TestCompatLocale: locale is "C" and says so: setlocale refuses a locale
+// the sandbox does not have (WASI's C library would accept any name and
+// change nothing), accepts C, POSIX and C.UTF-8, and LANG naming a missing
+// locale makes setlocale(LC_ALL, "") fail as it does on a system without it.
+func TestCompatLocale(t *testing.T) {
+	code := `
+import locale, os, time
+for name in ("fr_FR.UTF-8", ("de_DE", "UTF-8")):
+    try:
+        locale.setlocale(locale.LC_ALL, name)
+        print("accepted", name)
+    except locale.Error as e:
+        print("refused", "C locale only" in str(e))
+print(locale.setlocale(locale.LC_ALL, "C"), locale.setlocale(locale.LC_ALL, "POSIX"), locale.setlocale(locale.LC_NUMERIC, "C.UTF-8"))
+print(locale.setlocale(locale.LC_ALL, "").split(";")[0], locale.getlocale(), locale.localeconv()["decimal_point"])
+print(locale.format_string("%.2f", 1234.5, grouping=True), time.strftime("%A %B", time.gmtime(0)))
+os.environ["LC_ALL"] = "fr_FR.UTF-8"
+try:
+    locale.setlocale(locale.LC_ALL, "")
+    print("accepted LC_ALL")
+except locale.Error:
+    print("refused LC_ALL", locale.setlocale(locale.LC_ALL).split(";")[0])
+`
+	for _, out := range compatRun(t, code) {
+		assert.Equal(t, "refused True\nrefused True\nC C C\nC.UTF-8 ('C', 'UTF-8') .\n1234.50 Thursday January\nrefused LC_ALL C.UTF-8\n", out)
+	}
+}
+
 // TestCompatDiskUsage: shutil.disk_usage reports the mount's byte quota
 // and the size of its files.
 func TestCompatDiskUsage(t *testing.T) {

@@ -93,8 +93,9 @@ type Guest struct {
 	python      bool
 	fuel        bool // the guest meters fuel (always, for now)
 	id          string
-	memoryLimit int64 // default per-run bound
-	minMemory   int64 // the memory the guest declares it needs to start
+	memoryLimit int64        // default per-run bound
+	minMemory   int64        // the memory the guest declares it needs to start
+	stack       stackPointer // where the guest keeps its C stack pointer, if it does
 	closed      atomic.Bool
 	sessions    bool                     // the session build: NewSession works
 	globals     []string                 // the exported mutable globals but fuel
@@ -306,7 +307,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if limit < 1<<16 || limit > 1<<32 {
 		return nil, fmt.Errorf("sandbox: memory limit %d is outside 64 KiB to 4 GiB", limit)
 	}
-	minMem, err := minMemory(wasm)
+	minMem, stack, err := memoryLayout(wasm)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
@@ -357,29 +358,31 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	}
 	return &Guest{
 		rt: rt, compiled: compiled, cache: cache, id: pipeline.Digest(wasm), cacheDir: dir,
-		fuel: true, memoryLimit: limit, minMemory: minMem,
+		fuel: true, memoryLimit: limit, minMemory: minMem, stack: stack,
 	}, nil
 }
 
-// minMemory returns the initial size, in bytes, of the module's memory.
-func minMemory(wasm []byte) (int64, error) {
+// memoryLayout returns the initial size, in bytes, of the module's memory
+// and where it keeps its C stack pointer (see findStackPointer).
+func memoryLayout(wasm []byte) (int64, stackPointer, error) {
 	m, err := wasmbin.Parse(wasm)
 	if err != nil {
-		return 0, err
+		return 0, stackPointer{}, err
 	}
+	stack := findStackPointer(m)
 	sec := m.Section(wasmbin.SectionMemory)
 	if sec == nil {
-		return 0, nil
+		return 0, stack, nil
 	}
 	count, n, err := wasmbin.U32(sec.Payload)
 	if err != nil || count == 0 || n >= len(sec.Payload) {
-		return 0, nil // the runtime rejects what is malformed here
+		return 0, stack, nil // the runtime rejects what is malformed here
 	}
 	pages, _, err := wasmbin.U32(sec.Payload[n+1:]) // after the limits flag
 	if err != nil {
-		return 0, nil
+		return 0, stack, nil
 	}
-	return int64(pages) << 16, nil
+	return int64(pages) << 16, stack, nil
 }
 
 // sessionGlobals records the mutable globals a session's state holds:

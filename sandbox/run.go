@@ -470,7 +470,7 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 	errnoGlobal, _ := mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)
 	defer r.supervise(ctx, fuelGlobal, errnoGlobal, budget, sink)()
 	_, err = mod.ExportedFunction("_start").Call(ctx)
-	return err
+	return g.stack.check(mod, err)
 }
 
 // classify turns the runtime's error into the package's and fills in the

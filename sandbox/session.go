@@ -182,6 +182,7 @@ type instance struct {
 
 	unwind, stopUnwind, rewind, stopRewind, start api.Function
 	fuelGlobal, errnoGlobal                       api.MutableGlobal
+	stack                                         stackPointer
 
 	// Set for the current call into the guest.
 	ctx       context.Context
@@ -283,6 +284,7 @@ func (in *instance) call(ctx context.Context, r *runState, budget int64, sink *e
 		}
 	}
 	_, err = in.start.Call(ctx)
+	err = in.stack.check(in.mod, err)
 	if err == nil && in.failed != nil {
 		err = in.failed
 	}
@@ -310,7 +312,7 @@ func (in *instance) linear() []byte { return in.mem.mem.buf }
 // newInstance instantiates the session build with the session's I/O. It
 // does not start it.
 func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *sessionClock, rnd io.Reader, env map[string]string, args []string, memLimit, reserve uint64) (*instance, error) {
-	in := &instance{mem: &memoryAllocator{limit: memLimit, reserve: reserve}}
+	in := &instance{mem: &memoryAllocator{limit: memLimit, reserve: reserve}, stack: g.stack}
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().

@@ -61,7 +61,8 @@ def _fumehood_startup():
         return apply
 
     patches = {name: fix(name) for name in
-               ("shutil", "socket", "urllib.request", "http.client", "threading", "getpass", "asyncio")}
+               ("shutil", "socket", "urllib.request", "http.client", "threading", "getpass", "asyncio",
+                "locale")}
     sources = {name: lazy[name] for name in ("concurrent.futures.thread", "pwd")}
 
     busy = set()

@@ -208,3 +208,31 @@ def expand(expanduser, path):
         return expanduser(path)
     home = HOME if isinstance(p, str) else HOME.encode()
     return home + p[i:]
+
+def patch_locale(m):
+    # WASI's C library has the C locale only, with UTF-8, but its setlocale
+    # accepts any name and returns it, changing nothing: setlocale(LC_ALL,
+    # "de_DE.UTF-8") would seem to work and leave "." as the decimal point.
+    # Refuse what is not there, as a system without that locale does.
+    setlocale = m.setlocale
+    there = ("C", "POSIX", "C.UTF-8", "C.utf8")
+
+    def c_only(category, locale=None):
+        if locale is None:
+            return setlocale(category)
+        if locale == "":
+            before = setlocale(category)
+            got = setlocale(category, "")
+            if all(part in there for part in got.split(";")):
+                return got
+            setlocale(category, before)
+            name = got
+        else:
+            name = locale if isinstance(locale, str) else m._build_localename(locale)
+            if name in there:
+                return setlocale(category, name)
+        raise m.Error("unsupported locale setting: %r (the sandbox has the C locale only: "
+                      "C, POSIX and C.UTF-8)" % (name,))
+
+    c_only.__doc__, c_only.__wrapped__ = setlocale.__doc__, setlocale
+    m.setlocale = c_only

@@ -19,6 +19,7 @@
 // Exit status: the guest's own exit status when it exits; when a limit
 // stopped the run, a status of its own (stderr names the limit in words):
 //
+//	119  the guest ran out of stack (recursion too deep for it)
 //	120  fuel exhausted
 //	121  memory limit
 //	122  output limit
@@ -41,6 +42,7 @@ import (
 // Exit statuses fumehood uses for its own reasons.
 const (
 	exitUsage    = 2
+	exitStack    = 119
 	exitFuel     = 120
 	exitMemory   = 121
 	exitOutput   = 122
@@ -48,6 +50,9 @@ const (
 	exitDeadline = 124
 	exitFailure  = 125
 )
+
+// stackWords is what stderr says of a run that ran out of stack.
+const stackWords = "the guest ran out of stack (recursion too deep for its C stack)"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

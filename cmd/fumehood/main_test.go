@@ -74,6 +74,18 @@ func TestRunTimeout(t *testing.T) {
 	assert.Contains(t, errs, "deadline exceeded")
 }
 
+// TestRunStackOverflow checks that a guest that runs out of stack (the npm
+// guest's 512 KiB C stack, through lru_cache; the built guest raises
+// RecursionError instead) exits with its own status
+// and says so, not fumehood's failure status.
+func TestRunStackOverflow(t *testing.T) {
+	t.Setenv(sandbox.GuestEnv, sandbox.GuestNPM)
+	code, _, errs := fumehood(t, "", "run", "-c", "import functools, sys\nsys.setrecursionlimit(100000)\n"+
+		"@functools.lru_cache(None)\ndef f(n): return 0 if n == 0 else f(n - 1) + 1\nf(20000)")
+	assert.Equal(t, exitStack, code, errs)
+	assert.Contains(t, errs, "ran out of stack")
+}
+
 func TestRunEnv(t *testing.T) {
 	code, out, errs := fumehood(t, "", "run", "--env", "A=1", "--env", "B=two", "-c", "import os; print(sorted(os.environ.items()))")
 	assert.Equal(t, 0, code, errs)

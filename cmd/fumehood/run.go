@@ -355,6 +355,9 @@ func exitStatus(res *sandbox.Result, err error) (int, error) {
 		return 0, nil
 	case errors.As(err, &exit):
 		return exit.Code, nil
+	case errors.Is(err, sandbox.ErrStackOverflow):
+		// The guest's failure, not fumehood's.
+		return exitStack, errors.New(stackWords)
 	}
 	return exitFailure, err
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
 // builder runs the build's steps in its work directory w:
@@ -207,7 +209,11 @@ func copyFile(src, dst string) error {
 func crossFlags(w string) []string {
 	flags := append(crossEnv(w), crossArgs(w)...)
 	return append(flags,
-		"stack-size=8388608 (configure's default for WASI)",
+		"make LDFLAGS_NODIST="+stackLDFlags(),
+		"Setup.local: "+kdfSetup,
+		"_fumehood_kdf.c sha256: "+pipeline.Digest(kdfSource),
+		"hashlib.py: falls back to _fumehood_kdf",
+		"stdlib zip: .pyc stored, .py deflated",
 		"sqlite: "+strings.Join(sqliteDefines, " "),
 		"libraries: "+OptFlags,
 		driverFlag(),
@@ -245,6 +251,9 @@ func crossArgs(w string) []string {
 }
 
 func (b *builder) crossConfigure(ctx context.Context) error {
+	if err := b.addKDF(); err != nil {
+		return err
+	}
 	guess, err := b.output(ctx, b.path(pySrc), "sh", "config.guess")
 	if err != nil {
 		return err
@@ -255,7 +264,7 @@ func (b *builder) crossConfigure(ctx context.Context) error {
 }
 
 func (b *builder) crossMake(ctx context.Context) error {
-	return b.run(ctx, b.path("cross"), nil, "make", "-j"+strconv.Itoa(b.jobs), "-s")
+	return b.run(ctx, b.path("cross"), nil, "make", "-j"+strconv.Itoa(b.jobs), "-s", "LDFLAGS_NODIST="+stackLDFlags())
 }
 
 func (b *builder) output(ctx context.Context, dir, name string, args ...string) (string, error) {
