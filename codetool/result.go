@@ -101,11 +101,11 @@ func (r *Result) Images() []File {
 
 // StoppedBy gives the name of the limit that stopped a run, as the host
 // recorded it (sandbox.Result.Stop), never as the guest's exit status or
-// output might suggest: "deadline", "fuel", "memory", "output", or ""
-// when no limit did.
+// output might suggest: "deadline", "fuel", "memory", "output", "stack"
+// (the guest ran out of stack), or "" when no limit did.
 func StoppedBy(stop sandbox.StopReason) string {
 	switch stop {
-	case sandbox.StopDeadline, sandbox.StopFuel, sandbox.StopMemory, sandbox.StopOutput:
+	case sandbox.StopDeadline, sandbox.StopFuel, sandbox.StopMemory, sandbox.StopOutput, sandbox.StopStack:
 		return stop.String()
 	}
 	return ""

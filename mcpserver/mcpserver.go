@@ -267,7 +267,7 @@ type SessionRunInput struct {
 type RunOutput struct {
 	ExitCode  int     `json:"exit_code"`
 	Exception string  `json:"exception,omitempty" jsonschema:"the type of the exception the code raised (its message and traceback are in the text)"`
-	StoppedBy string  `json:"stopped_by,omitempty" jsonschema:"the limit that stopped the run: deadline, fuel, memory or output"`
+	StoppedBy string  `json:"stopped_by,omitempty" jsonschema:"the limit that stopped the run: deadline, fuel, memory, output or stack (the guest ran out of stack)"`
 	FuelUsed  int64   `json:"fuel_used" jsonschema:"WebAssembly instructions the run executed"`
 	WallMS    float64 `json:"wall_ms"`
 	// Truncated names the texts cut at the server's output limit.

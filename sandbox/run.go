@@ -165,12 +165,15 @@ const (
 	// StopError: fumehood itself could not go on (a closed Guest, a
 	// failure of a session's machinery); the error says what happened.
 	StopError
+	// StopStack: the guest ran out of stack (a *TrapError matching
+	// ErrStackOverflow): its own failure, as deep recursion in C code.
+	StopStack
 )
 
-var stopNames = [...]string{"exit", "fuel", "deadline", "canceled", "memory", "output", "trap", "error"}
+var stopNames = [...]string{"exit", "fuel", "deadline", "canceled", "memory", "output", "trap", "error", "stack"}
 
 // String returns the reason's name: "exit", "fuel", "deadline",
-// "canceled", "memory", "output", "trap" or "error".
+// "canceled", "memory", "output", "trap", "error" or "stack".
 func (s StopReason) String() string {
 	if s >= 0 && int(s) < len(stopNames) {
 		return stopNames[s]
@@ -511,6 +514,9 @@ func classify(res *Result, r *runState, err error) error {
 		return err
 	} else {
 		res.Stop = StopTrap
+		if errors.Is(err, ErrStackOverflow) {
+			res.Stop = StopStack
+		}
 		err = &TrapError{Err: err}
 	}
 	if res.MemoryLimitHit {

@@ -76,8 +76,12 @@ func TestStackOverflowIsItsOwnError(t *testing.T) {
 			require.Error(t, err)
 			var trap *sandbox.TrapError
 			require.ErrorAs(t, err, &trap)
-			assert.Equal(t, sandbox.StopTrap, res.Stop)
 			assert.Equal(t, tc.overflow, errors.Is(err, sandbox.ErrStackOverflow), "%v", err)
+			if tc.overflow {
+				assert.Equal(t, sandbox.StopStack, res.Stop)
+			} else {
+				assert.Equal(t, sandbox.StopTrap, res.Stop)
+			}
 		})
 	}
 }
@@ -100,5 +104,28 @@ func TestPythonStackOverflow(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrStackOverflow)
 	var trap *sandbox.TrapError
 	require.ErrorAs(t, err, &trap)
-	assert.Equal(t, sandbox.StopTrap, res.Stop)
+	assert.Equal(t, sandbox.StopStack, res.Stop)
+	assert.Equal(t, "stack", res.Stop.String())
+}
+
+// TestPythonStackOverflowInSession: in a session of the npm guest, the same
+// overflow is ErrStackOverflow with StopStack, and the session goes on from
+// the state before the run.
+func TestPythonStackOverflowInSession(t *testing.T) {
+	ctx := context.Background()
+	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM, Sessions: true})
+	require.NoError(t, err, "the npm guest's session build is needed; `make test` prepares it")
+	defer g.Close(ctx)
+	s, err := g.NewSession(ctx, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Run(ctx, "x = 41", nil)
+	require.NoError(t, err)
+	res, err := s.Run(ctx, deepLRU, nil)
+	require.ErrorIs(t, err, sandbox.ErrStackOverflow)
+	require.NotNil(t, res)
+	assert.Equal(t, sandbox.StopStack, res.Stop)
+	res, err = s.Run(ctx, "x + 1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "42", res.Value)
 }

@@ -396,7 +396,7 @@ type stats struct {
 	ExitCode int `json:"exit_code"`
 	// Stop is what ended the run, from Result.Stop: "exit" when the guest
 	// ended it itself (with exit_code), else "fuel", "deadline",
-	// "canceled", "memory", "output", "trap" or "error".
+	// "canceled", "memory", "output", "trap", "error" or "stack".
 	Stop string `json:"stop"`
 	// StoppedBy is the limit that stopped the run, in the words of the
 	// error line; omitted when none did.
