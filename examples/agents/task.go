@@ -33,3 +33,21 @@ func Shown(arguments string) string {
 	}
 	return arguments
 }
+
+// ToolDescription is the description both examples give the model: the
+// code tool's, for the guest sandbox.CompilePython loads (the built guest
+// where it is built, else the npm guest). The fake API servers of the
+// examples' tests check that a request carries it.
+func ToolDescription(ctx context.Context) (string, error) {
+	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true, Install: true})
+	if err != nil {
+		return "", err
+	}
+	defer py.Close(ctx)
+	tool, err := codetool.New(py, nil)
+	if err != nil {
+		return "", err
+	}
+	defer tool.Close()
+	return tool.Description(), nil
+}

@@ -54,6 +54,8 @@ const finalAnswer = "ada spent the most, 43.75, just ahead of grace (43.00); lin
 // expected output and the chart as a PNG image block) the final answer.
 // Anything else is a 400, as the API answers a bad request.
 func fakeMessages(t *testing.T) *httptest.Server {
+	description, err := agents.ToolDescription(context.Background())
+	require.NoError(t, err)
 	var mu sync.Mutex
 	turn := 0
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +77,7 @@ func fakeMessages(t *testing.T) *httptest.Server {
 			apiError(w, fmt.Sprintf("unexpected %s %s: %s", r.Method, r.URL.Path, body))
 			return
 		}
-		if len(req.Tools) != 1 || req.Tools[0].Name != codetool.Name || req.Tools[0].Description != codetool.Description ||
+		if len(req.Tools) != 1 || req.Tools[0].Name != codetool.Name || req.Tools[0].Description != description ||
 			req.Tools[0].InputSchema["type"] != "object" || req.Tools[0].InputSchema["additionalProperties"] != false {
 			apiError(w, "the request does not declare the code tool: "+string(body))
 			return

@@ -43,6 +43,8 @@ const finalAnswer = "ada spent the most: 43.75 (grace 43.00, linus 7.10). The ba
 // expected result) the final answer. Anything else is a 400, as the API
 // answers a bad request.
 func fakeResponses(t *testing.T) *httptest.Server {
+	description, err := agents.ToolDescription(context.Background())
+	require.NoError(t, err)
 	var mu sync.Mutex
 	turn := 0
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +65,7 @@ func fakeResponses(t *testing.T) *httptest.Server {
 			return
 		}
 		if len(req.Tools) != 1 || req.Tools[0].Type != "function" || req.Tools[0].Name != codetool.Name ||
-			req.Tools[0].Description != codetool.Description || req.Tools[0].Parameters["type"] != "object" {
+			req.Tools[0].Description != description || req.Tools[0].Parameters["type"] != "object" {
 			apiError(w, "the request does not declare the code tool: "+string(body))
 			return
 		}
