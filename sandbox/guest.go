@@ -295,7 +295,9 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	return g, nil
 }
 
-// compile compiles a fuel-instrumented module.
+// compile compiles a fuel-instrumented module. The caller sets the guest's
+// id: CompilePython has the digest from the store already, and hashing
+// the module again would cost a pass over it in every process.
 func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err error) {
 	if !wasmbin.IsWasm(wasm) {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary module", ErrInvalidModule)
@@ -357,7 +359,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 		return nil, fmt.Errorf("%w: it exports no _start function (not a WASI command)", ErrInvalidModule)
 	}
 	return &Guest{
-		rt: rt, compiled: compiled, cache: cache, id: pipeline.Digest(wasm), cacheDir: dir,
+		rt: rt, compiled: compiled, cache: cache, cacheDir: dir,
 		fuel: true, memoryLimit: limit, minMemory: minMem, stack: stack,
 	}, nil
 }
