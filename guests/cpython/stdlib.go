@@ -292,7 +292,8 @@ var (
 // StdlibMountPath with ReadOnly set. It is read from the cache once per
 // process and the same filesystem is returned to every caller: every
 // sandbox shares one copy, and nothing is copied per run. Its files are
-// slices of the tar as read from the cache, not copies.
+// slices of the tar, which is mapped from the cache (pipeline.Store.Map),
+// not read.
 func StdlibFS(ctx context.Context, opts *Options) (afero.Fs, error) {
 	info, d, err := loadInfo(opts)
 	if err != nil {
@@ -303,7 +304,9 @@ func StdlibFS(ctx context.Context, opts *Options) (afero.Fs, error) {
 	if fsys, ok := stdlibFSs[info.StdlibSHA256]; ok {
 		return fsys, nil
 	}
-	data, err := d.store.Get(info.StdlibSHA256)
+	// Mapped, not read: a run touches a small part of the library, and
+	// only those pages are read from the page cache.
+	data, err := d.store.Map(info.StdlibSHA256)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotBuilt, err)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/spf13/afero"
+
+	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
 // tarFS is a read-only afero.Fs over the bytes of an uncompressed tar, such
@@ -35,8 +37,21 @@ type tarNode struct {
 }
 
 // newTarFS indexes the tar in data. Each regular file may be at most
-// maxStdlibFile bytes; links, devices and sparse files are refused.
+// maxStdlibFile bytes; links, devices and sparse files are refused. data
+// may be a mapping (pipeline.Store.Map): it is read through
+// pipeline.SafeCopy, here and by every read of a file.
 func newTarFS(data []byte) (*tarFS, error) {
+	var (
+		t   *tarFS
+		err error
+	)
+	if ferr := pipeline.SafeCopy(func() { t, err = indexTar(data) }); ferr != nil {
+		return nil, ferr
+	}
+	return t, err
+}
+
+func indexTar(data []byte) (*tarFS, error) {
 	t := &tarFS{nodes: map[string]*tarNode{"/": {name: "/", dir: true}}}
 	br := bytes.NewReader(data)
 	tr := tar.NewReader(br)
@@ -236,7 +251,10 @@ func (f *tarFile) ReadAt(b []byte, off int64) (int, error) {
 	if off >= int64(len(f.n.data)) {
 		return 0, io.EOF
 	}
-	n := copy(b, f.n.data[off:])
+	var n int
+	if err := pipeline.SafeCopy(func() { n = copy(b, f.n.data[off:]) }); err != nil {
+		return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
+	}
 	if n < len(b) {
 		return n, io.EOF
 	}

@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,4 +123,40 @@ func TestGetRecentFilesAreNotStamped(t *testing.T) {
 	assert.Equal(t, 2, *hashes, "a file changed within the racy window is hashed each time")
 	_, err = os.Stat(filepath.Join(s.Dir(), "verified", d))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestMapChecksOncePerIdentityAndSurvivesTruncation(t *testing.T) {
+	hashes := countHashes(t, 0)
+	s := NewStore(t.TempDir())
+	content := bytes.Repeat([]byte("0123456789abcdef"), 3*4096/16)
+	d, err := s.Put(content)
+	require.NoError(t, err)
+
+	for range 2 {
+		b, err := s.Map(d)
+		require.NoError(t, err)
+		assert.Equal(t, content, b)
+	}
+	assert.Equal(t, 1, *hashes, "hashed at the first Map only")
+	b, err := s.Get(d)
+	require.NoError(t, err, "Get shares Map's stamp")
+	assert.Equal(t, content, b)
+	assert.Equal(t, 1, *hashes)
+
+	m, err := s.Map(d)
+	require.NoError(t, err)
+	overwrite(t, s.BlobPath(d), []byte("X"))
+	_, err = s.Map(d)
+	assert.ErrorIs(t, err, ErrCorrupt, "a changed file is hashed again")
+
+	// Truncated under a live mapping: reading the lost pages is an error,
+	// not a crash.
+	require.NoError(t, os.Truncate(s.BlobPath(d), 0))
+	var x byte
+	err = SafeCopy(func() { x = m[2*4096] })
+	assert.ErrorIs(t, err, ErrFault)
+	assert.ErrorIs(t, err, syscall.EIO)
+	assert.Zero(t, x)
+	assert.NoError(t, SafeCopy(func() {}))
+	assert.Panics(t, func() { _ = SafeCopy(func() { panic("other") }) }, "other panics go on")
 }
