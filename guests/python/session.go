@@ -147,7 +147,7 @@ func loadRecorded(store *pipeline.Store) ([]byte, Build, error) {
 			return nil, Build{}, errors.New("python: recorded session build follows other steps")
 		}
 	}
-	b, err := store.Get(build.SHA256) // re-hashed: a damaged blob is refused
+	b, err := store.Get(build.SHA256) // checked (once per file identity): a damaged blob is refused
 	if err != nil {
 		return nil, Build{}, err
 	}
