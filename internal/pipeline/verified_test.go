@@ -160,3 +160,29 @@ func TestMapChecksOncePerIdentityAndSurvivesTruncation(t *testing.T) {
 	assert.NoError(t, SafeCopy(func() {}))
 	assert.Panics(t, func() { _ = SafeCopy(func() { panic("other") }) }, "other panics go on")
 }
+
+func TestOpenReportsAChangeWhileInUse(t *testing.T) {
+	hashes := countHashes(t, 0)
+	s := NewStore(t.TempDir())
+	content := bytes.Repeat([]byte("fumehood"), 1024)
+	d, err := s.Put(content)
+	require.NoError(t, err)
+
+	b, done, err := s.Open(d)
+	require.NoError(t, err)
+	assert.Equal(t, content, b)
+	require.NoError(t, done())
+	assert.Equal(t, 1, *hashes)
+
+	b, done, err = s.Open(d)
+	require.NoError(t, err)
+	assert.Equal(t, 1, *hashes, "stamped: not hashed again")
+	overwrite(t, s.BlobPath(d), []byte("FUMEHOOD"))
+	assert.Equal(t, "FUMEHOOD", string(b[:8]), "the mapping shows the write")
+	assert.ErrorIs(t, done(), ErrCorrupt, "so done reports it")
+
+	_, _, err = s.Open(d)
+	assert.ErrorIs(t, err, ErrCorrupt)
+	_, _, err = s.Open(Digest([]byte("absent")))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
