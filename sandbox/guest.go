@@ -193,6 +193,10 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		info    PythonInfo
 		stdlib  afero.Fs
 		version = python.Version
+		// done releases wasm when it is a mapping of the cache (a one-shot
+		// build loaded without installing: what the CLI's run does).
+		done   func() error
+		mapped = !opts.Sessions && !opts.Install
 	)
 	if kind == GuestBuilt {
 		copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.Progress}
@@ -205,6 +209,9 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 			var s cpython.Session
 			wasm, built, s, err = load(ctx, copts)
 			info.SHA256 = s.SHA256
+		} else if mapped {
+			wasm, built, done, err = cpython.Open(ctx, copts)
+			info.SHA256 = built.PreparedSHA256
 		} else {
 			wasm, built, err = cpython.Load(ctx, copts)
 			info.SHA256 = built.PreparedSHA256
@@ -213,6 +220,9 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 			return nil, err
 		}
 		if stdlib, err = cpython.StdlibFS(ctx, copts); err != nil {
+			if done != nil {
+				done()
+			}
 			return nil, err
 		}
 		version = built.Python
@@ -229,7 +239,12 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 			}
 		}
 		var build python.Build
-		if wasm, build, err = load(ctx, popts); err != nil {
+		if mapped {
+			wasm, build, done, err = python.Open(ctx, popts)
+		} else {
+			wasm, build, err = load(ctx, popts)
+		}
+		if err != nil {
 			return nil, err
 		}
 		info.SHA256 = build.SHA256
@@ -242,7 +257,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		}
 	}
 	// The prepared guest is fuel-instrumented by the pipeline (python.Steps).
-	g, err := compile(ctx, wasm, opts)
+	g, err := compileMapped(ctx, wasm, opts, done)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +310,36 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	return g, nil
 }
 
-// compile compiles a fuel-instrumented module.
+// compileMapped compiles wasm as compile does. If done is set, wasm is a
+// mapping of the cache (python.Open, cpython.Open): a fault reading it (its
+// file truncated meanwhile) is an error (pipeline.SafeCopy), and
+// done, called once wazero has read it (wazero v1.12 copies what it keeps
+// of a module while decoding it), unmaps it and reports a file that changed
+// while it was read; that error wins, since what was compiled may not be
+// what was checked.
+func compileMapped(ctx context.Context, wasm []byte, opts *Options, done func() error) (*Guest, error) {
+	if done == nil {
+		return compile(ctx, wasm, opts)
+	}
+	var (
+		g   *Guest
+		err error
+	)
+	if ferr := pipeline.SafeCopy(func() { g, err = compile(ctx, wasm, opts) }); ferr != nil {
+		g, err = nil, fmt.Errorf("%w: %w", ErrInvalidModule, ferr)
+	}
+	if derr := done(); derr != nil {
+		if g != nil {
+			g.Close(ctx)
+		}
+		return nil, fmt.Errorf("sandbox: the cached guest: %w", derr)
+	}
+	return g, err
+}
+
+// compile compiles a fuel-instrumented module. The caller sets the guest's
+// id: CompilePython has the digest from the store already, and hashing
+// the module again would cost a pass over it in every process.
 func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err error) {
 	if !wasmbin.IsWasm(wasm) {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary module", ErrInvalidModule)
@@ -357,7 +401,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 		return nil, fmt.Errorf("%w: it exports no _start function (not a WASI command)", ErrInvalidModule)
 	}
 	return &Guest{
-		rt: rt, compiled: compiled, cache: cache, id: pipeline.Digest(wasm), cacheDir: dir,
+		rt: rt, compiled: compiled, cache: cache, cacheDir: dir,
 		fuel: true, memoryLimit: limit, minMemory: minMem, stack: stack,
 	}, nil
 }

@@ -188,6 +188,22 @@ func Load(ctx context.Context, opts *Options) ([]byte, Info, error) {
 	return b, info, nil
 }
 
+// Open is Load without the copy where the platform allows (Linux), as
+// python.Open is: the prepared interpreter mapped read-only, and done to
+// call once the bytes are no longer used, which unmaps them and returns an
+// error if the file changed since it was checked.
+func Open(ctx context.Context, opts *Options) (wasm []byte, info Info, done func() error, err error) {
+	info, d, err := loadInfo(opts)
+	if err != nil {
+		return nil, Info{}, nil, err
+	}
+	b, done, err := d.store.Open(info.PreparedSHA256)
+	if err != nil {
+		return nil, Info{}, nil, fmt.Errorf("%w: %w", ErrNotBuilt, err)
+	}
+	return b, info, done, nil
+}
+
 // LoadUnprepared returns the built interpreter before the preparation steps
 // (debug sections stripped), for sandbox.Compile, which applies the same
 // errno shim and fuel metering itself.

@@ -152,7 +152,7 @@ func loadRecordedSession(d dirs) ([]byte, Session, error) {
 			return nil, Session{}, errors.New("cpython: recorded session build follows other steps")
 		}
 	}
-	b, err := d.store.Get(s.SHA256) // re-hashed: a damaged blob is refused
+	b, err := d.store.Get(s.SHA256) // checked (once per file identity): a damaged blob is refused
 	if err != nil {
 		return nil, Session{}, err
 	}

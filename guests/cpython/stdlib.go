@@ -5,10 +5,8 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -293,7 +291,9 @@ var (
 // share/zoneinfo) as a read-only in-memory filesystem, to mount at
 // StdlibMountPath with ReadOnly set. It is read from the cache once per
 // process and the same filesystem is returned to every caller: every
-// sandbox shares one copy, and nothing is copied per run.
+// sandbox shares one copy, and nothing is copied per run. Its files are
+// slices of the tar, which is mapped from the cache (pipeline.Store.Map),
+// not read.
 func StdlibFS(ctx context.Context, opts *Options) (afero.Fs, error) {
 	info, d, err := loadInfo(opts)
 	if err != nil {
@@ -304,7 +304,9 @@ func StdlibFS(ctx context.Context, opts *Options) (afero.Fs, error) {
 	if fsys, ok := stdlibFSs[info.StdlibSHA256]; ok {
 		return fsys, nil
 	}
-	data, err := d.store.Get(info.StdlibSHA256)
+	// Mapped, not read: a run touches a small part of the library, and
+	// only those pages are read from the page cache.
+	data, err := d.store.Map(info.StdlibSHA256)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotBuilt, err)
 	}
@@ -316,40 +318,14 @@ func StdlibFS(ctx context.Context, opts *Options) (afero.Fs, error) {
 	return fsys, nil
 }
 
+// untar returns the tar in data as a read-only tree whose files are
+// slices of data (tarFS), behind afero's read-only wrapper.
 func untar(data []byte) (afero.Fs, error) {
-	mem := afero.NewMemMapFs()
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		name := path.Clean("/" + h.Name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := mem.MkdirAll(name, 0o755); err != nil {
-				return nil, err
-			}
-		case tar.TypeReg:
-			if h.Size > maxStdlibFile {
-				return nil, fmt.Errorf("%s is %d bytes", h.Name, h.Size)
-			}
-			if err := mem.MkdirAll(path.Dir(name), 0o755); err != nil {
-				return nil, err
-			}
-			b, err := io.ReadAll(io.LimitReader(tr, maxStdlibFile))
-			if err != nil {
-				return nil, err
-			}
-			if err := afero.WriteFile(mem, name, b, 0o444); err != nil {
-				return nil, err
-			}
-		}
+	t, err := newTarFS(data)
+	if err != nil {
+		return nil, err
 	}
-	return afero.NewReadOnlyFs(mem), nil
+	return afero.NewReadOnlyFs(t), nil
 }
 
 func crc(b []byte) uint32 { return crc32.ChecksumIEEE(b) }

@@ -141,6 +141,24 @@ func Load(ctx context.Context, opts *Options) ([]byte, Build, error) {
 	return loadSteps(store, Steps, ErrGuestNotInstalled, InstallCommand)
 }
 
+// Open is Load without the copy where the platform allows (Linux): the
+// prepared guest mapped read-only from the cache, checked as Load checks
+// it. Call done once the bytes are no longer used (once they are
+// compiled): it unmaps them, and returns an error if the file changed in
+// any way since Open checked it, since what was read may then not be what
+// was checked. Until done, read the bytes with debug.SetPanicOnFault set,
+// so that a file truncated meanwhile is a panic to recover, not a crash.
+func Open(ctx context.Context, opts *Options) (wasm []byte, build Build, done func() error, err error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	store, err := opts.store()
+	if err != nil {
+		return nil, Build{}, nil, err
+	}
+	return openSteps(store, Steps, ErrGuestNotInstalled, InstallCommand, true)
+}
+
 // Ensure loads the guest, installing it first if it is not in the cache.
 func Ensure(ctx context.Context, opts *Options) ([]byte, Build, error) {
 	b, build, err := Load(ctx, opts)

@@ -147,7 +147,7 @@ func loadRecorded(store *pipeline.Store) ([]byte, Build, error) {
 			return nil, Build{}, errors.New("python: recorded session build follows other steps")
 		}
 	}
-	b, err := store.Get(build.SHA256) // re-hashed: a damaged blob is refused
+	b, err := store.Get(build.SHA256) // checked (once per file identity): a damaged blob is refused
 	if err != nil {
 		return nil, Build{}, err
 	}
@@ -203,13 +203,30 @@ func EnsureSession(ctx context.Context, opts *Options) ([]byte, Build, error) {
 // the final blob; notInstalled and install name the error and the command
 // for a build that is not in the cache.
 func loadSteps(store *pipeline.Store, steps []pipeline.Step, notInstalled error, install string) ([]byte, Build, error) {
+	b, build, _, err := openSteps(store, steps, notInstalled, install, false)
+	return b, build, err
+}
+
+// openSteps is loadSteps, with the blob mapped (Store.Open) if mapped is
+// set, and then done to call once the bytes are no longer used; done is
+// nil otherwise, or on an error.
+func openSteps(store *pipeline.Store, steps []pipeline.Step, notInstalled error, install string, mapped bool) ([]byte, Build, func() error, error) {
 	d, ok := store.Lookup(source.sha256, steps)
 	if !ok {
-		return nil, Build{}, fmt.Errorf("python: %w (cache: %s)", notInstalled, store.Dir())
+		return nil, Build{}, nil, fmt.Errorf("python: %w (cache: %s)", notInstalled, store.Dir())
 	}
-	b, err := store.Get(d)
+	var (
+		b    []byte
+		done func() error
+		err  error
+	)
+	if mapped {
+		b, done, err = store.Open(d)
+	} else {
+		b, err = store.Get(d)
+	}
 	if err != nil {
-		return nil, Build{}, fmt.Errorf("python: prepared guest unreadable, reinstall with `%s`: %w", install, err)
+		return nil, Build{}, nil, fmt.Errorf("python: prepared guest unreadable, reinstall with `%s`: %w", install, err)
 	}
 	ids := make([]string, len(steps))
 	for i, s := range steps {
@@ -219,5 +236,5 @@ func loadSteps(store *pipeline.Store, steps []pipeline.Step, notInstalled error,
 		Package: Package, Version: Version,
 		SourceSHA256: source.sha256,
 		SHA256:       d, Steps: ids, Path: store.BlobPath(d), Size: int64(len(b)),
-	}, nil
+	}, done, nil
 }
