@@ -183,19 +183,15 @@ func (o *Options) resolve() error {
 	case o.MemoryBudget < 0:
 		return fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
 	}
-	if o.Timeout == 0 {
-		o.Timeout = sandbox.DefaultTimeout
-	} else if o.Timeout < 0 {
-		o.Timeout = -1
+	// A run's limits get the code tool's defaults (the negative values it
+	// refuses were refused above).
+	l, err := codetool.Limits{Timeout: o.Timeout, Fuel: o.Fuel, MaxOutput: o.MaxOutput}.Resolve()
+	if err != nil {
+		return fmt.Errorf("mcpserver: %w", err)
 	}
-	if o.Fuel == 0 {
-		o.Fuel = sandbox.DefaultFuel
-	}
+	o.Timeout, o.Fuel, o.MaxOutput = l.Timeout, l.Fuel, l.MaxOutput
 	if o.MemoryLimit == 0 {
 		o.MemoryLimit = sandbox.DefaultMemoryLimit
-	}
-	if o.MaxOutput == 0 {
-		o.MaxOutput = sandbox.DefaultMaxOutput
 	}
 	if o.MaxSessions == 0 {
 		o.MaxSessions = 16
