@@ -109,31 +109,42 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	if err := b.describeParts(&info, opts); err != nil { // optional parts (variant.go)
 		return Info{}, fmt.Errorf("cpython: %w", err)
 	}
-	if info.WasmSHA256, err = d.store.Put(wasm); err != nil {
+	if err := d.saveGuest(ctx, opts, &info, wasm, stdlib, start); err != nil {
 		return Info{}, err
 	}
+	return info, nil
+}
+
+// saveGuest stores a guest's interpreter and standard library, prepares
+// the interpreter with python.Steps (so a guest brings no unmetered
+// module), fills in info's digests, and writes info as the manifest, last
+// (an interrupted save leaves no entry). Build and Import both end here,
+// so an imported guest's digests are a local build's. A non-zero start
+// records the build's duration.
+func (d dirs) saveGuest(ctx context.Context, opts *Options, info *Info, wasm, stdlib []byte, start time.Time) error {
+	var err error
+	if info.WasmSHA256, err = d.store.Put(wasm); err != nil {
+		return err
+	}
 	if info.StdlibSHA256, err = d.store.Put(stdlib); err != nil {
-		return Info{}, err
+		return err
 	}
 	opts.progress(python.Progress{Stage: "prepare"})
 	info.PreparedSHA256, err = d.store.Run(ctx, info.WasmSHA256, python.Steps, func(s pipeline.Step, i, n int) {
 		opts.progress(python.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
 	})
 	if err != nil {
-		return Info{}, err
+		return err
 	}
-	for _, s := range python.Steps {
-		info.PreparedSteps = append(info.PreparedSteps, s.ID())
+	info.PreparedSteps = stepIDs(python.Steps)
+	if !start.IsZero() {
+		info.BuildSeconds = time.Since(start).Round(time.Second).Seconds()
 	}
-	info.BuildSeconds = time.Since(start).Round(time.Second).Seconds()
 	mb, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
-		return Info{}, fmt.Errorf("cpython: %w", err)
+		return fmt.Errorf("cpython: %w", err)
 	}
-	if err := writeAtomic(d.manifest, append(mb, '\n')); err != nil {
-		return Info{}, err
-	}
-	return info, nil
+	return writeAtomic(d.manifest, append(mb, '\n'))
 }
 
 // stripCustom removes the .debug* custom sections (there should be none:

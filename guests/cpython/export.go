@@ -12,8 +12,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
@@ -200,25 +200,7 @@ func Import(ctx context.Context, r io.Reader, opts *Options) (Info, error) {
 		return Info{}, fmt.Errorf("%w: key %.12s (recipe %d, CPython %s); this fumehood builds key %.12s (recipe %d, CPython %s)",
 			ErrExportKey, info.Key, info.Recipe, info.Python, Key(), Recipe, PythonVersion)
 	}
-	if _, err := d.store.Put(x.wasm); err != nil {
-		return Info{}, err
-	}
-	if _, err := d.store.Put(x.stdlib); err != nil {
-		return Info{}, err
-	}
-	opts.progress(python.Progress{Stage: "prepare"})
-	info.PreparedSHA256, err = d.store.Run(ctx, info.WasmSHA256, python.Steps, func(s pipeline.Step, i, n int) {
-		opts.progress(python.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
-	})
-	if err != nil {
-		return Info{}, err
-	}
-	info.PreparedSteps = stepIDs(python.Steps)
-	mb, err := json.MarshalIndent(info, "", "  ")
-	if err != nil {
-		return Info{}, fmt.Errorf("cpython: %w", err)
-	}
-	if err := writeAtomic(d.manifest, append(mb, '\n')); err != nil {
+	if err := d.saveGuest(ctx, opts, &info, x.wasm, x.stdlib, time.Time{}); err != nil {
 		return Info{}, err
 	}
 	return info, nil
