@@ -53,7 +53,7 @@ func (b *bench) cpu(ctx context.Context) ([]CPURow, error) {
 			}
 			native[p.Name] = append(native[p.Name], s*1000)
 
-			res, err := b.guest.Run(ctx, cpuset.Harness(p), &sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+			res, err := b.guest.Run(ctx, cpuset.Harness(p), &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: -1}})
 			if err != nil {
 				return nil, fmt.Errorf("fumehood %s: %w\n%s", p.Name, err, res.Stderr)
 			}

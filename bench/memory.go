@@ -137,7 +137,7 @@ func memoryChild(ctx context.Context, kind string, n int) error {
 		go func() {
 			defer wg.Done()
 			_, err := sb.Run(ctx, "import sys; print('ready'); sys.stdin.buffer.read(1)",
-				&sandbox.Config{Stdin: pr, Stdout: rw, Timeout: -1})
+				&sandbox.RunOptions{Stdin: pr, Stdout: rw, Limits: sandbox.Limits{Timeout: -1}})
 			if err != nil {
 				errs <- err
 			}

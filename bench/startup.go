@@ -119,7 +119,10 @@ func (b *bench) pyodide(args ...string) (time.Duration, error) {
 // caller does for a one-shot run. It returns the time to first output and
 // to the end.
 func (b *bench) newSandboxRun(ctx context.Context) (first, total time.Duration, err error) {
-	return timedTiny(ctx, func() (runner, error) { return b.guest.NewSandbox(nil) })
+	return timedTiny(ctx, func() (runner, error) {
+		sb, err := b.guest.NewSandbox(nil)
+		return sandboxRunner{sb}, err
+	})
 }
 
 // newSessionRun starts a session (a fresh interpreter from the base image),
@@ -131,8 +134,15 @@ func (b *bench) newSessionRun(ctx context.Context) (first, total time.Duration, 
 
 // runner is what a sandbox and a session have in common.
 type runner interface {
-	Run(ctx context.Context, code string, cfg *sandbox.Config) (*sandbox.Result, error)
+	Run(ctx context.Context, code string, cfg *sandbox.RunOptions) (*sandbox.Result, error)
 	Close() error
+}
+
+// sandboxRunner is a sandbox as a runner: its runs without arguments.
+type sandboxRunner struct{ *sandbox.Sandbox }
+
+func (s sandboxRunner) Run(ctx context.Context, code string, cfg *sandbox.RunOptions) (*sandbox.Result, error) {
+	return s.Sandbox.Run(ctx, code, cfg)
 }
 
 // timedTiny opens a runner, runs print(1) in it and closes it, and returns
@@ -144,7 +154,7 @@ func timedTiny(ctx context.Context, open func() (runner, error)) (first, total t
 	if err != nil {
 		return 0, 0, err
 	}
-	res, err := r.Run(ctx, tiny, &sandbox.Config{Stdout: &fw})
+	res, err := r.Run(ctx, tiny, &sandbox.RunOptions{Stdout: &fw})
 	r.Close()
 	if err != nil {
 		return 0, 0, err

@@ -65,7 +65,7 @@ func Probe(ctx context.Context, py *sandbox.Guest) (GuestInfo, error) {
 	if v, ok := probed.Load(py.ID()); ok {
 		return v.(GuestInfo), nil
 	}
-	res, err := py.Run(ctx, probeCode, &sandbox.Config{Timeout: 30 * time.Second, MaxOutput: 4096})
+	res, err := py.Run(ctx, probeCode, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 30 * time.Second, MaxOutput: 4096}})
 	if err != nil {
 		return GuestInfo{}, fmt.Errorf("codetool: probing the guest: %w", err)
 	}

@@ -20,11 +20,12 @@ func TestProbeFindsTimeZoneData(t *testing.T) {
 	py := testenv.Python(t)
 	tz := afero.NewMemMapFs()
 	require.NoError(t, afero.WriteFile(tz, "/UTC", []byte("TZif2"), 0o644))
-	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/tz", FS: tz, ReadOnly: true}}})
-	require.NoError(t, err)
-	defer sb.Close()
 	for env, lacksTZ := range map[string]bool{"/tz": false, "/nowhere": true} {
-		res, err := sb.Run(context.Background(), probeCode, &sandbox.Config{Env: map[string]string{"PYTHONTZPATH": env}})
+		sb, err := py.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/tz", FS: tz, ReadOnly: true}},
+			Env: map[string]string{"PYTHONTZPATH": env}})
+		require.NoError(t, err)
+		defer sb.Close()
+		res, err := sb.Run(context.Background(), probeCode, nil)
 		require.NoError(t, err)
 		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
 		require.Len(t, lines, 2, string(res.Stdout))

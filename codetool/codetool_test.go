@@ -118,29 +118,33 @@ func TestParseInput(t *testing.T) {
 // TestLowerNeverRaises: a call lowers the timeout and fuel, never raises
 // them; unset limits resolve to the sandbox's defaults first.
 func TestLowerNeverRaises(t *testing.T) {
-	l, err := codetool.Limits{}.Resolve()
+	var tool sandbox.Limits // a tool's Options.Limits, all defaults
+	l, err := tool.Lower(sandbox.Limits{})
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.DefaultTimeout, l.Timeout)
 	assert.Equal(t, int64(sandbox.DefaultFuel), l.Fuel)
 	assert.Equal(t, sandbox.DefaultMaxOutput, l.MaxOutput)
 
-	cfg, raised, err := l.Lower(1000, 5)
+	req, err := codetool.CallLimits(1000, 5)
 	require.NoError(t, err)
-	assert.False(t, raised)
+	cfg, err := tool.Lower(req)
+	require.NoError(t, err)
 	assert.Equal(t, time.Second, cfg.Timeout)
 	assert.Equal(t, int64(5), cfg.Fuel)
 
-	cfg, raised, err = l.Lower(1<<40, 1<<62)
+	req, err = codetool.CallLimits(1<<40, 1<<62)
 	require.NoError(t, err)
-	assert.True(t, raised)
+	cfg, err = tool.Lower(req)
+	require.NoError(t, err)
+	assert.Greater(t, req.Timeout, cfg.Timeout, "raised: the request was above the limit")
 	assert.Equal(t, sandbox.DefaultTimeout, cfg.Timeout)
 	assert.Equal(t, int64(sandbox.DefaultFuel), cfg.Fuel)
 
 	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {1 << 62, 0}} {
-		_, _, err := l.Lower(c[0], c[1])
+		_, err := codetool.CallLimits(c[0], c[1])
 		assert.ErrorIs(t, err, codetool.ErrBadArguments, c)
 	}
-	_, err = codetool.Limits{Fuel: -1}.Resolve()
+	_, err = sandbox.Limits{Fuel: -1}.Lower(sandbox.Limits{})
 	assert.Error(t, err)
 }
 
@@ -195,7 +199,7 @@ func TestCallKeepsState(t *testing.T) {
 // and a request to raise the timeout give a result that says so; none
 // raises a limit.
 func TestBadInputIsAResult(t *testing.T) {
-	tool := newTool(t, &codetool.Options{Limits: codetool.Limits{Timeout: 2 * time.Second}, MaxCode: 1000})
+	tool := newTool(t, &codetool.Options{Limits: sandbox.Limits{Timeout: 2 * time.Second}, MaxCode: 1000})
 	ctx := context.Background()
 	for _, a := range []string{`{"code": "1"`, `{"code": "1", "timeout": 9}`, `{"code": "` + strings.Repeat("1", 2000) + `"}`,
 		`{"code": "1", "timeout_ms": -3}`, `{"code": "1", "fuel": 1}`} {

@@ -7,7 +7,7 @@
 // Result.Images) back as the tool's result.
 //
 //	py, _ := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
-//	tool, _ := codetool.New(py, &codetool.Options{Limits: codetool.Limits{Timeout: 10 * time.Second}})
+//	tool, _ := codetool.New(py, &codetool.Options{Limits: sandbox.Limits{Timeout: 10 * time.Second}})
 //	defer tool.Close()
 //	res := tool.Call(ctx, conversationID, []byte(call.Arguments))
 //	send(res.Text(), res.IsError)

@@ -19,7 +19,7 @@ func Example() {
 		return
 	}
 	defer py.Close(ctx)
-	tool, err := codetool.New(py, &codetool.Options{Limits: codetool.Limits{Timeout: 10 * time.Second}})
+	tool, err := codetool.New(py, &codetool.Options{Limits: sandbox.Limits{Timeout: 10 * time.Second}})
 	if err != nil {
 		fmt.Println(err)
 		return

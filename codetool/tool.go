@@ -56,11 +56,9 @@ const (
 // Options configure a Tool. The zero value gives the sandbox package's
 // limits, no network and the defaults above.
 type Options struct {
-	// Limits bound every run; a call may only lower the timeout.
-	Limits
-	// MemoryLimit bounds each session's memory in bytes; 0 means the
-	// guest's Options.MemoryLimit.
-	MemoryLimit int64
+	// Limits bound every run (Memory: each session); zero fields mean the
+	// sandbox package's defaults. A call may only lower the timeout.
+	Limits sandbox.Limits
 	// Network is the policy of every session; nil is no network.
 	Network *netpolicy.Policy
 	// MaxCode bounds the code of a call, in bytes; 0 means DefaultMaxCode.
@@ -96,7 +94,7 @@ type Options struct {
 type Tool struct {
 	py     *sandbox.Guest
 	opts   Options
-	limits Limits // resolved
+	limits sandbox.Limits // Options.Limits with the defaults applied
 
 	instructions string // InstructionsFor the guest and network
 
@@ -136,13 +134,11 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if opts != nil {
 		o = *opts
 	}
-	l, err := o.Limits.Resolve()
+	l, err := o.Limits.Lower(sandbox.Limits{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("codetool: %w", err)
 	}
 	switch {
-	case o.MemoryLimit < 0:
-		return nil, fmt.Errorf("codetool: negative MemoryLimit %d", o.MemoryLimit)
 	case o.MaxCode < 0 || o.MaxSessions < 0 || o.MaxImageBytes < 0:
 		return nil, errors.New("codetool: negative MaxCode, MaxSessions or MaxImageBytes")
 	case o.OutputDir != "" && (!path.IsAbs(o.OutputDir) || path.Clean(o.OutputDir) != o.OutputDir):
@@ -237,10 +233,13 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
-	cfg, raised, err := t.limits.Lower(in.TimeoutMS, 0)
+	req, err := CallLimits(in.TimeoutMS, 0)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
+	// The session lowers its limits by the request (never raises them);
+	// a request above them gets the model a note.
+	raised := t.limits.Timeout >= 0 && req.Timeout > t.limits.Timeout
 	c, why, err := t.acquire(ctx, conversation)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
@@ -264,7 +263,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	}()
 
 	w := WatchFiles(c.s.Sandbox(), t.opts.OutputDir, t.opts.MaxImageBytes)
-	res, err := c.s.Run(ctx, in.Code, cfg)
+	res, err := c.s.Run(ctx, in.Code, &sandbox.RunOptions{Limits: req})
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		// A run stopped while files were open could not be rolled back.
 		t.endLocked(conversation, c)
@@ -405,7 +404,7 @@ func (t *Tool) stopTimer(c *conv) {
 
 // open creates a conversation's session, holding its turn.
 func (t *Tool) open(ctx context.Context, id string, c *conv) error {
-	s, err := t.py.NewSession(ctx, &sandbox.SessionConfig{MemoryLimit: t.opts.MemoryLimit, Network: t.opts.Network})
+	s, err := t.py.NewSession(ctx, &sandbox.Config{Network: t.opts.Network, Limits: t.opts.Limits})
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ type filesOut struct {
 func TestBinaryFiles(t *testing.T) {
 	py := testenv.PythonSessions(t)
 	const limit = 4096
-	srv, err := mcpserver.New(py, &mcpserver.Options{MaxOutput: limit})
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit}})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)
@@ -188,7 +188,7 @@ func TestSchemasAndInstructions(t *testing.T) {
 	require.NoError(t, err)
 	mounts := []sandbox.Mount{{Path: "/data", FS: host, ReadOnly: true}}
 	policy := &netpolicy.Policy{Allow: []netpolicy.Rule{{Scheme: "https", Host: "api.example.com"}}}
-	srv, err := mcpserver.New(py, &mcpserver.Options{SnapshotDir: t.TempDir(), Fuel: 5_000_000_000, Mounts: mounts, Network: policy})
+	srv, err := mcpserver.New(py, &mcpserver.Options{SnapshotDir: t.TempDir(), Limits: sandbox.Limits{Fuel: 5_000_000_000}, Mounts: mounts, Network: policy})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)

@@ -18,4 +18,4 @@ func (s *Server) OpenSessions() int {
 }
 
 // Config returns the limits of a call that asks for l.
-func (s *Server) Config(l Limits) (*sandbox.Config, error) { return s.config(l) }
+func (s *Server) Config(l Limits) (*sandbox.RunOptions, error) { return s.config(l) }

@@ -43,7 +43,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -57,22 +56,19 @@ import (
 // Options configure a server. The zero value serves the sandbox package's
 // defaults with no network and no snapshots.
 type Options struct {
-	// Timeout, Fuel, MemoryLimit and MaxOutput bound every run; zero means
-	// the sandbox package's default (DefaultTimeout, DefaultFuel,
-	// DefaultMemoryLimit, DefaultMaxOutput) and a negative Timeout means no
-	// deadline beyond the call's. A tool call may ask for a lower timeout
-	// or fuel, never a higher one. MaxOutput also bounds every text field
-	// of a result (stdout, stderr, the value, the exception's type, message
-	// and traceback, a file read) in bytes.
-	Timeout     time.Duration
-	Fuel        int64
-	MemoryLimit int64
-	MaxOutput   int
+	// Limits bound every run and session; zero fields mean the sandbox
+	// package's defaults (DefaultTimeout, DefaultFuel, DefaultMemoryLimit,
+	// DefaultMaxOutput) and a negative Timeout means no deadline beyond
+	// the call's. A tool call may ask for a lower timeout or fuel, never a
+	// higher one (sandbox.Limits.Lower). MaxOutput also bounds every text
+	// field of a result (stdout, stderr, the value, the exception's type,
+	// message and traceback, a file read) in bytes.
+	Limits sandbox.Limits
 	// Network is the policy of every sandbox and session; nil is no network.
 	Network *netpolicy.Policy
 	// Mounts are host directories mounted in every sandbox and session the
 	// server makes (run_python, session_create, session_restore), as
-	// sandbox.SessionConfig.Mounts: read-only ones as they are, read-write
+	// sandbox.Config.Mounts: read-only ones as they are, read-write
 	// ones shared by all of them, each within its Quota, which each
 	// sandbox counts from what the directory holds when it starts (so the
 	// sandboxes open at once may together add that many quotas). The
@@ -164,18 +160,9 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 const toolsNote = "run_python is a fresh interpreter each time; " +
 	"sessions (session_create, then session_run) keep variables, imports and files from one call to the next."
 
-// maxMemory is the largest memory limit of a sandbox (4 GiB, wasm32's).
-const maxMemory = 1 << 32
-
 // resolve applies the defaults and checks the options.
 func (o *Options) resolve() error {
 	switch {
-	case o.Fuel < 0:
-		return fmt.Errorf("mcpserver: negative Fuel %d", o.Fuel)
-	case o.MemoryLimit < 0 || o.MemoryLimit > maxMemory:
-		return fmt.Errorf("mcpserver: MemoryLimit %d is outside 0 to 4 GiB", o.MemoryLimit)
-	case o.MaxOutput < 0:
-		return fmt.Errorf("mcpserver: negative MaxOutput %d", o.MaxOutput)
 	case o.MaxSessions < 0 || o.MaxSessions > 1<<20:
 		return fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
 	case o.MaxRuns < 0 || o.MaxRuns > 1<<20:
@@ -183,16 +170,12 @@ func (o *Options) resolve() error {
 	case o.MemoryBudget < 0:
 		return fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
 	}
-	// A run's limits get the code tool's defaults (the negative values it
-	// refuses were refused above).
-	l, err := codetool.Limits{Timeout: o.Timeout, Fuel: o.Fuel, MaxOutput: o.MaxOutput}.Resolve()
+	// The defaults, applied as every sandbox and session applies them.
+	l, err := o.Limits.Lower(sandbox.Limits{})
 	if err != nil {
 		return fmt.Errorf("mcpserver: %w", err)
 	}
-	o.Timeout, o.Fuel, o.MaxOutput = l.Timeout, l.Fuel, l.MaxOutput
-	if o.MemoryLimit == 0 {
-		o.MemoryLimit = sandbox.DefaultMemoryLimit
-	}
+	o.Limits = l
 	if o.MaxSessions == 0 {
 		o.MaxSessions = 16
 	}
@@ -200,10 +183,10 @@ func (o *Options) resolve() error {
 		o.MaxRuns = max(2, runtime.GOMAXPROCS(0))
 	}
 	if o.MemoryBudget == 0 {
-		o.MemoryBudget = int64(o.MaxSessions+o.MaxRuns) * o.MemoryLimit
+		o.MemoryBudget = int64(o.MaxSessions+o.MaxRuns) * o.Limits.Memory
 	}
-	if o.MemoryBudget < o.MemoryLimit {
-		return fmt.Errorf("mcpserver: MemoryBudget %d is less than one MemoryLimit (%d)", o.MemoryBudget, o.MemoryLimit)
+	if o.MemoryBudget < o.Limits.Memory {
+		return fmt.Errorf("mcpserver: MemoryBudget %d is less than one memory limit (%d)", o.MemoryBudget, o.Limits.Memory)
 	}
 	if o.Name == "" {
 		o.Name = "fumehood"
@@ -329,15 +312,15 @@ func (s *Server) inputSchema(schema *jsonschema.Schema) *jsonschema.Schema {
 	p := schema.Properties
 	if t := p["timeout_ms"]; t != nil {
 		t.Description = "optional: a shorter wall-time limit for this run, in milliseconds"
-		if s.opts.Timeout > 0 {
-			t.Description += fmt.Sprintf("; the server's limit, and the default, is %d", s.opts.Timeout.Milliseconds())
+		if s.opts.Limits.Timeout > 0 {
+			t.Description += fmt.Sprintf("; the server's limit, and the default, is %d", s.opts.Limits.Timeout.Milliseconds())
 		}
 		t.Minimum = jsonschema.Ptr(1.0)
 	}
 	if f := p["fuel"]; f != nil {
 		f.Description = fmt.Sprintf("optional: a smaller CPU budget for this run, in WebAssembly instructions; "+
 			"the server's limit, and the default, is %d. For scale: print(1) costs about 2 million, "+
-			"sum(range(10**6)) about 2.4 billion; a billion takes about half a second", s.opts.Fuel)
+			"sum(range(10**6)) about 2.4 billion; a billion takes about half a second", s.opts.Limits.Fuel)
 		f.Minimum = jsonschema.Ptr(1.0)
 	}
 	if o := p["op"]; o != nil {
@@ -382,18 +365,24 @@ func (s *Server) addTools() error {
 	return errors.Join(errs...)
 }
 
-// config returns a run's limits: the server's, lowered by the call's. A
-// call never raises one: an unset, larger or out-of-range value leaves
-// the server's, and a negative or out-of-range one is an error. The rule
-// is codetool's (Limits.Lower), on the server's resolved limits.
-func (s *Server) config(l Limits) (*sandbox.Config, error) {
-	lim := codetool.Limits{Timeout: s.opts.Timeout, Fuel: s.opts.Fuel, MaxOutput: s.opts.MaxOutput}
-	c, _, err := lim.Lower(l.TimeoutMS, l.Fuel)
-	return c, err
+// config returns a run's options: the server's limits, lowered by the
+// call's. A call never raises one: an unset or larger value leaves the
+// server's, and a negative or out-of-range one is an error. The rule is
+// the sandbox's (sandbox.Limits.Lower), which every run applies again.
+func (s *Server) config(l Limits) (*sandbox.RunOptions, error) {
+	req, err := codetool.CallLimits(l.TimeoutMS, l.Fuel)
+	if err != nil {
+		return nil, err
+	}
+	eff, err := s.opts.Limits.Lower(req)
+	if err != nil {
+		return nil, err
+	}
+	return &sandbox.RunOptions{Limits: eff}, nil
 }
 
-func (s *Server) sessionConfig(env map[string]string) *sandbox.SessionConfig {
-	return &sandbox.SessionConfig{Env: env, MemoryLimit: s.opts.MemoryLimit, Network: s.opts.Network, Mounts: s.opts.Mounts}
+func (s *Server) sessionConfig(env map[string]string) *sandbox.Config {
+	return &sandbox.Config{Env: env, Limits: s.opts.Limits, Network: s.opts.Network, Mounts: s.opts.Mounts}
 }
 
 // outputDir is where a run's new and changed files are looked for.
@@ -401,7 +390,7 @@ const outputDir = "/work"
 
 // maxImage is the largest image a result attaches: one whose base64 fits
 // MaxOutput.
-func (s *Server) maxImage() int { return max(1, s.opts.MaxOutput/4*3) }
+func (s *Server) maxImage() int { return max(1, s.opts.Limits.MaxOutput/4*3) }
 
 // result turns a run's outcome into a tool result, formatted for the
 // model as codetool formats it. A Python exception or a limit is an error
@@ -422,7 +411,7 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 		}
 		return nil, out, err
 	}
-	r := codetool.FromRun(res, err, s.opts.MaxOutput)
+	r := codetool.FromRun(res, err, s.opts.Limits.MaxOutput)
 	if w != nil {
 		var ferr error
 		if r.Files, ferr = w.Changed(); ferr != nil {
@@ -441,7 +430,7 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 		if f.IsRaster() {
 			tr.Content = append(tr.Content, &mcp.ImageContent{Data: f.Data, MIMEType: f.MediaType})
 		} else {
-			tr.Content = append(tr.Content, &mcp.TextContent{Text: f.Path + " (" + f.MediaType + "):\n" + trunc(string(f.Data), s.opts.MaxOutput)})
+			tr.Content = append(tr.Content, &mcp.TextContent{Text: f.Path + " (" + f.MediaType + "):\n" + trunc(string(f.Data), s.opts.Limits.MaxOutput)})
 		}
 	}
 	tr.IsError = r.IsError
@@ -503,7 +492,7 @@ func (s *Server) reserve(ctx context.Context, forSession bool) error {
 			s.mu.Unlock()
 			return fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", n)
 		}
-		mem := s.opts.MemoryLimit
+		mem := s.opts.Limits.Memory
 		if int64(s.nSessions+s.nTemp+1)*mem <= s.opts.MemoryBudget {
 			if forSession {
 				s.nSessions++
@@ -775,7 +764,7 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 			if e.IsDir() {
 				name += "/"
 			}
-			if size += len(name); size > s.opts.MaxOutput {
+			if size += len(name); size > s.opts.Limits.MaxOutput {
 				out.Truncated = true
 				break
 			}
@@ -792,7 +781,7 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 func (s *Server) readResult(name string, data []byte) (*mcp.CallToolResult, FilesOutput, error) {
 	size := int64(len(data))
 	out := FilesOutput{Size: &size, Encoding: "utf-8"}
-	limit := s.opts.MaxOutput
+	limit := s.opts.Limits.MaxOutput
 	var block mcp.Content
 	if head := data[:min(len(data), limit+utf8.UTFMax)]; looksText(head) {
 		text, cut := truncate(string(data[:min(len(data), limit+1)]), limit)

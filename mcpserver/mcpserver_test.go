@@ -118,20 +118,20 @@ func create(t *testing.T, cs *mcp.ClientSession) string {
 // the server set none.
 func TestCallLimitsNeverRaise(t *testing.T) {
 	py := testenv.PythonSessions(t)
-	srv, err := mcpserver.New(py, &mcpserver.Options{Timeout: time.Second})
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: time.Second}})
 	require.NoError(t, err)
 	defer srv.Close()
 
 	// The server's defaults apply before the call's limits are compared.
 	c, err := srv.Config(mcpserver.Limits{TimeoutMS: 9223372036854, Fuel: 1_000_000_000_000_000_000})
 	require.NoError(t, err)
-	assert.Equal(t, time.Second, c.Timeout)
-	assert.Equal(t, int64(sandbox.DefaultFuel), c.Fuel, "no --fuel: the call is capped by the default")
-	assert.Equal(t, sandbox.DefaultMaxOutput, c.MaxOutput)
+	assert.Equal(t, time.Second, c.Limits.Timeout)
+	assert.Equal(t, int64(sandbox.DefaultFuel), c.Limits.Fuel, "no --fuel: the call is capped by the default")
+	assert.Equal(t, sandbox.DefaultMaxOutput, c.Limits.MaxOutput)
 	c, err = srv.Config(mcpserver.Limits{TimeoutMS: 250, Fuel: 1000})
 	require.NoError(t, err)
-	assert.Equal(t, 250*time.Millisecond, c.Timeout)
-	assert.Equal(t, int64(1000), c.Fuel)
+	assert.Equal(t, 250*time.Millisecond, c.Limits.Timeout)
+	assert.Equal(t, int64(1000), c.Limits.Fuel)
 
 	cs := connect(t, srv)
 	var out struct {
@@ -259,7 +259,7 @@ func TestSessionCreateAtomic(t *testing.T) {
 // hold MemoryLimit of MemoryBudget; past it a call is refused.
 func TestMemoryBudget(t *testing.T) {
 	py := testenv.PythonSessions(t)
-	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, MemoryLimit: 64 << 20, MemoryBudget: 128 << 20})
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 128 << 20})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)
@@ -281,13 +281,13 @@ func TestMemoryBudget(t *testing.T) {
 	res = call(t, cs, "run_python", map[string]any{"code": "1"}, nil)
 	assert.False(t, res.IsError, text(res))
 
-	_, err = mcpserver.New(py, &mcpserver.Options{MemoryLimit: 64 << 20, MemoryBudget: 32 << 20})
+	_, err = mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 32 << 20})
 	assert.ErrorContains(t, err, "MemoryBudget")
 
 	// A run_python that only other run_python calls are in the way of
 	// waits for them: with room for one, three in parallel all run, one at
 	// a time.
-	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, MemoryLimit: 64 << 20, MemoryBudget: 64 << 20})
+	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 64 << 20})
 	require.NoError(t, err)
 	defer one.Close()
 	cs = connect(t, one)
@@ -401,7 +401,7 @@ func valueOf(t *testing.T, res *mcp.CallToolResult) string {
 func TestOutputCapped(t *testing.T) {
 	py := testenv.PythonSessions(t)
 	const limit = 1024
-	srv, err := mcpserver.New(py, &mcpserver.Options{MaxOutput: limit})
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit}})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)
@@ -557,7 +557,7 @@ func TestIOTransportSkipsMalformedLines(t *testing.T) {
 // or printed a limit's words.
 func TestStoppedByIsTheHosts(t *testing.T) {
 	py := testenv.PythonSessions(t)
-	srv, err := mcpserver.New(py, &mcpserver.Options{Timeout: 5 * time.Second})
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: 5 * time.Second}})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)

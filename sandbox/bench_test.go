@@ -60,7 +60,7 @@ func BenchmarkInstantiate(b *testing.B) {
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
 	defer g.Close(ctx)
-	mc, err := g.moduleConfig(ctx, "python", &Config{}, &runState{ctx: ctx})
+	mc, err := g.moduleConfig(ctx, []string{"python"}, nil, false, 0, nil, &runState{ctx: ctx})
 	require.NoError(b, err)
 	for b.Loop() {
 		alloc := &memoryAllocator{limit: DefaultMemoryLimit}
@@ -149,7 +149,7 @@ func BenchmarkFuelOverhead(b *testing.B) {
 				var w, c [3]time.Duration
 				for i, g := range []*Guest{plain, unmetered, metered} {
 					before := processCPU(b)
-					res, err := g.Run(ctx, code, &Config{Fuel: UnlimitedFuel})
+					res, err := g.Run(ctx, code, &RunOptions{Limits: Limits{Fuel: UnlimitedFuel}})
 					require.NoError(b, err)
 					w[i], c[i] = res.Duration, processCPU(b)-before
 				}
@@ -197,7 +197,7 @@ func BenchmarkDeadlineOvershoot(b *testing.B) {
 	for b.Loop() {
 		for range 50 {
 			start := time.Now()
-			_, err := g.Run(ctx, "while True: pass", &Config{Timeout: timeout})
+			_, err := g.Run(ctx, "while True: pass", &RunOptions{Limits: Limits{Timeout: timeout}})
 			require.ErrorIs(b, err, context.DeadlineExceeded)
 			over = append(over, time.Since(start)-timeout)
 		}
@@ -253,7 +253,7 @@ func BenchmarkFileThroughput(b *testing.B) {
 	}
 	var sw, sr, nw, nr []float64
 	for b.Loop() {
-		s, err := g.NewSandbox(&SandboxConfig{RootQuota: wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
+		s, err := g.NewSandbox(&Config{RootQuota: wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
 		require.NoError(b, err)
 		res, err := s.Run(ctx, "DIR = '/tmp'\n"+throughputScript, nil)
 		require.NoError(b, err, string(res.Stderr))

@@ -167,7 +167,10 @@ func TestCompatTracebacks(t *testing.T) {
 	assert.Contains(t, string(res.Stderr), "File \"<string>\", line 2, in f\n    return 1 // 0\n")
 	assert.NotContains(t, string(res.Stderr), "fumehood")
 
-	res, err = testenv.Python(t).Run(ctx, "import sys; print(sys.argv)\nimport pandas\n", &sandbox.Config{ScriptName: "analysis.py", Args: []string{"x"}})
+	named, err := testenv.Python(t).NewSandbox(nil)
+	require.NoError(t, err)
+	defer named.Close()
+	res, err = named.RunScript(ctx, "analysis.py", "import sys; print(sys.argv)\nimport pandas\n", nil, "x")
 	require.Error(t, err)
 	assert.Equal(t, "['analysis.py', 'x']\n", string(res.Stdout))
 	assert.Contains(t, string(res.Stderr), "File \"analysis.py\", line 2, in <module>\n    import pandas\n")
@@ -186,7 +189,7 @@ func TestCompatTracebacks(t *testing.T) {
 // sys.path, after the script's directory, before the standard library.
 func TestSessionPythonPath(t *testing.T) {
 	ctx := context.Background()
-	s, err := testenv.PythonSessions(t).NewSession(ctx, &sandbox.SessionConfig{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
+	s, err := testenv.PythonSessions(t).NewSession(ctx, &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(ctx, `
@@ -200,11 +203,11 @@ print(mymod.X, sys.path.index("/work/lib") < sys.path.index("/work/more") < [i f
 	assert.Equal(t, "5 True\n", string(res.Stdout))
 
 	// One-shot runs: the interpreter reads PYTHONPATH itself.
-	sb, err := testenv.Python(t).NewSandbox(nil)
+	sb, err := testenv.Python(t).NewSandbox(&sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work"}})
 	require.NoError(t, err)
 	defer sb.Close()
 	require.NoError(t, sb.WriteFile("/work/mymod6.py", []byte("X = 6\n")))
-	res, err = sb.Run(ctx, "import mymod6; print(mymod6.X)", &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work"}})
+	res, err = sb.Run(ctx, "import mymod6; print(mymod6.X)", nil)
 	require.NoError(t, err, "%s", res.Stderr)
 	assert.Equal(t, "6\n", string(res.Stdout))
 }

@@ -109,11 +109,11 @@ type corpusOutcome struct {
 // runSnippet runs sn one-shot (each run in a fresh interpreter, which only
 // a session snippet would notice) or in a fresh session, and checks it.
 func runSnippet(ctx context.Context, t *testing.T, sn snippet, session bool) corpusOutcome {
-	cfg := &sandbox.Config{Timeout: 60 * time.Second}
+	cfg := &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 60 * time.Second}}
 	var stdout, stderr strings.Builder
 	var runErr error
 	if session {
-		s, err := testenv.PythonSessions(t).NewSession(ctx, nil)
+		s, err := testenv.PythonSessions(t).NewSession(ctx, &sandbox.Config{Limits: cfg.Limits})
 		require.NoError(t, err)
 		defer s.Close()
 		for _, code := range sn.runs {

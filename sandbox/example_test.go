@@ -57,7 +57,7 @@ func ExampleGuest_Run_timeout() {
 	}
 	defer py.Close(ctx)
 
-	_, err = py.Run(ctx, "while True: pass", &sandbox.Config{Timeout: 100 * time.Millisecond})
+	_, err = py.Run(ctx, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 100 * time.Millisecond}})
 	fmt.Println(errors.Is(err, context.DeadlineExceeded))
 	// Output: true
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path"
 	"slices"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/fumehood/fumehood/wasi"
 	"github.com/fumehood/fumehood/wasi/hostcall"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // DefaultRootQuota bounds the in-memory root filesystem of a sandbox that
@@ -101,31 +99,9 @@ func HostDir(dir string) (afero.Fs, error) {
 	return r, nil
 }
 
-// SandboxConfig describes a sandbox's filesystem. The zero value (or nil)
-// is a fresh in-memory root holding /tmp and /work, bounded by
-// DefaultRootQuota.
-type SandboxConfig struct {
-	// Mounts are put at their paths, in addition to the in-memory root
-	// (or instead of it, for a mount at "/").
-	Mounts []Mount
-	// RootQuota bounds the in-memory root; the zero value means
-	// DefaultRootQuota.
-	RootQuota wasi.Quota
-
-	// HostCalls lists the host functions guest code may call (in Python,
-	// fumehood.call(name, **kwargs)); nil means none.
-	HostCalls *hostcall.Config
-	// Network lets guest code make the HTTP requests the policy allows (in
-	// Python, urllib.request, http.client and fumehood.http); nil means no
-	// network at all, and an empty Policy refuses every request.
-	Network *netpolicy.Policy
-	// Logger receives a record of every host call and HTTP request; nil
-	// drops them (pass slog.Default() to see them).
-	Logger *slog.Logger
-}
-
 // Sandbox is one clean room: a filesystem (a fresh in-memory root and the
-// mounts of its SandboxConfig) in which runs happen one after the other.
+// mounts of its Config) in which runs happen one after the other, within
+// the Config's limits and environment.
 // Files written by one run are there for the next, and for the host through
 // ReadFile and the other file methods, until Close. A Sandbox is not safe
 // for concurrent use; many sandboxes may share one Guest.
@@ -138,6 +114,11 @@ type Sandbox struct {
 	host   *hostcall.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at HostMountPath, with host
 	closed bool
+
+	cfg      Config            // Limits resolved in limits
+	limits   Limits            // every run's ceiling, defaults applied
+	pyEnv    map[string]string // the environment of Python runs (PYTHONPATH for host calls)
+	fuelUsed int64             // by all runs, for Config.TotalFuel
 }
 
 type mounted struct {
@@ -145,17 +126,27 @@ type mounted struct {
 	fs   *wasi.FS
 }
 
-// NewSandbox creates a sandbox whose runs use g.
-func (g *Guest) NewSandbox(cfg *SandboxConfig) (*Sandbox, error) {
+// NewSandbox creates a sandbox whose runs use g. Its Config is copied:
+// changing cfg afterwards changes nothing.
+func (g *Guest) NewSandbox(cfg *Config) (*Sandbox, error) {
 	return g.newSandbox(cfg, false)
 }
 
 // newSandbox creates a sandbox. For sessions (session set), a mount may
 // stand in for the host-call channel while a base image is taken.
-func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
-	var c SandboxConfig
-	if cfg != nil {
-		c = *cfg
+func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
+	c := *c0(cfg)
+	limits, err := c.Limits.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if c.TotalFuel < 0 {
+		return nil, fmt.Errorf("sandbox: negative TotalFuel %d", c.TotalFuel)
+	}
+	for _, k := range sortedKeys(c.Env) {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(c.Env[k], 0) >= 0 {
+			return nil, fmt.Errorf("sandbox: invalid environment variable %q", k)
+		}
 	}
 	hasRoot := false
 	seen := map[string]bool{}
@@ -190,7 +181,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		}
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
-	s := &Sandbox{g: g}
+	s := &Sandbox{g: g, cfg: c, limits: limits, pyEnv: c.Env}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	if g.stdlib != nil {
 		// The built guest's standard library: the first preopen, in every
@@ -228,7 +219,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		s.mounts = append(s.mounts, mounted{path: m.Path, fs: fsys})
 	}
 	s.order = append([]mounted(nil), s.mounts...)
-	fscfg, err := s.mountHost(&c, fscfg)
+	fscfg, err = s.mountHost(&c, fscfg)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
@@ -275,22 +266,43 @@ func (e *errnoSink) report(errno uint16) {
 	}
 }
 
-// Run runs Python source code in the sandbox, as Guest.Run does.
-func (s *Sandbox) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
-	if s.closed {
-		return nil, ErrClosed
-	}
-	ctx, cfg = s.withHost(ctx, cfg, s.g.python)
-	return s.g.run(ctx, code, cfg, s.fscfg, &s.errno, s.mountQuotas())
+// Run runs Python source code in the sandbox, as Guest.Run does, with
+// args as sys.argv[1:] (sys.argv[0] is "-c", as for python -c). opts'
+// Limits can only lower the sandbox's.
+func (s *Sandbox) Run(ctx context.Context, code string, opts *RunOptions, args ...string) (*Result, error) {
+	return s.RunScript(ctx, "", code, opts, args...)
 }
 
-// Exec runs the guest's _start in the sandbox, as Guest.Exec does.
-func (s *Sandbox) Exec(ctx context.Context, cfg *Config) (*Result, error) {
+// RunScript runs Python source code in the sandbox as Run does, named name
+// in tracebacks and as sys.argv[0], as python FILE does (name is the file
+// the code was read from, say); an empty name is "<string>", as for Run.
+func (s *Sandbox) RunScript(ctx context.Context, name, code string, opts *RunOptions, args ...string) (*Result, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	ctx, cfg = s.withHost(ctx, cfg, false)
-	return s.g.execConfig(ctx, cfg, s.fscfg, &s.errno)
+	if !s.g.python {
+		return nil, ErrNotPython
+	}
+	if strings.IndexByte(code, 0) >= 0 {
+		return nil, errors.New("sandbox: source code contains a NUL byte")
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return nil, errors.New("sandbox: the script name contains a NUL byte")
+	}
+	return s.exec(ctx, "python", append(oneShotArgs(code, name, s.mountQuotas()), args...), opts, true)
+}
+
+// Exec runs the guest's _start in the sandbox with args after the program
+// name, as Guest.Exec does; opts' Limits can only lower the sandbox's.
+func (s *Sandbox) Exec(ctx context.Context, opts *RunOptions, args ...string) (*Result, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	name := "guest"
+	if s.g.python {
+		name = "python"
+	}
+	return s.exec(ctx, name, args, opts, false)
 }
 
 // Close discards the in-memory root. Mounted filesystems are left as they are.

@@ -18,7 +18,7 @@ import (
 	"github.com/fumehood/fumehood/wasi"
 )
 
-func newSandbox(t *testing.T, cfg *sandbox.SandboxConfig) *sandbox.Sandbox {
+func newSandbox(t *testing.T, cfg *sandbox.Config) *sandbox.Sandbox {
 	t.Helper()
 	s, err := testenv.Python(t).NewSandbox(cfg)
 	require.NoError(t, err)
@@ -131,8 +131,8 @@ print(len(rows))
 
 func TestVolumePersistsAcrossSandboxes(t *testing.T) {
 	dir := t.TempDir()
-	vol := func() *sandbox.SandboxConfig {
-		return &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
+	vol := func() *sandbox.Config {
+		return &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
 	}
 	s1 := newSandbox(t, vol())
 	runOK(t, s1, `
@@ -153,7 +153,7 @@ open("/data/notes/today.txt", "w").write("remember the milk")
 func TestReadOnlyMountRefusesWrites(t *testing.T) {
 	src := afero.NewMemMapFs()
 	require.NoError(t, afero.WriteFile(src, "/ref.txt", []byte("reference"), 0o644))
-	s := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/ref", FS: src, ReadOnly: true}}})
+	s := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/ref", FS: src, ReadOnly: true}}})
 	out := runOK(t, s, `
 import errno, os
 print(open("/ref/ref.txt").read())
@@ -185,7 +185,7 @@ func TestEscapesNeverReachTheHost(t *testing.T) {
 	require.NoError(t, os.Symlink("loop-b", filepath.Join(dir, "loop-a")))
 	require.NoError(t, os.Symlink("loop-a", filepath.Join(dir, "loop-b")))
 
-	s := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir)}}})
+	s := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir)}}})
 	res, err := s.Run(context.Background(), `
 import os
 def attempt(label, f):
@@ -233,7 +233,7 @@ for root, dirs, files in os.walk("/"):
 }
 
 func TestQuotaIsOSError(t *testing.T) {
-	s := newSandbox(t, &sandbox.SandboxConfig{RootQuota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
+	s := newSandbox(t, &sandbox.Config{RootQuota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
 	out := runOK(t, s, `
 import errno, os
 try:
@@ -257,8 +257,8 @@ except OSError as e:
 }
 
 func TestSandboxesAreIsolated(t *testing.T) {
-	a := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir())}}})
-	b := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir())}}})
+	a := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir())}}})
+	b := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir())}}})
 	runOK(t, a, `open("/data/a-only", "w").write("a"); open("/work/a-root", "w").write("a")`)
 	out := runOK(t, b, `import os; print(os.listdir("/data"), os.listdir("/work"))`)
 	assert.Equal(t, "[] []\n", out)
@@ -266,7 +266,7 @@ func TestSandboxesAreIsolated(t *testing.T) {
 
 func TestSandboxConfigErrors(t *testing.T) {
 	py := testenv.Python(t)
-	for name, cfg := range map[string]*sandbox.SandboxConfig{
+	for name, cfg := range map[string]*sandbox.Config{
 		"relative path": {Mounts: []sandbox.Mount{{Path: "data", FS: afero.NewMemMapFs()}}},
 		"unclean path":  {Mounts: []sandbox.Mount{{Path: "/data/../x", FS: afero.NewMemMapFs()}}},
 		"no fs":         {Mounts: []sandbox.Mount{{Path: "/data"}}},
@@ -283,7 +283,7 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	vol, err := sandbox.Volume(dir)
 	require.NoError(t, err)
-	s, err := testenv.Python(t).NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
+	s, err := testenv.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), "open('/data/kept', 'w').write('yes')", nil)
@@ -331,8 +331,8 @@ func TestHostDirSymlinkSwapEscape(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "x", "secret.txt"), []byte("inside"), 0o644))
 	require.NoError(t, os.Symlink(outside, filepath.Join(dir, "outlink")))
 
-	swapper := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/v", FS: hostDir(t, dir)}}})
-	victim := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/v", FS: hostDir(t, dir)}}})
+	swapper := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/v", FS: hostDir(t, dir)}}})
+	victim := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/v", FS: hostDir(t, dir)}}})
 
 	seconds := 2.0
 	if testing.Short() {
@@ -421,7 +421,7 @@ func TestHostDirReadlinkShowsNoHostPath(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "vol")
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	a := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir)}}})
+	a := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir)}}})
 	runOK(t, a, `
 import os
 os.makedirs("/data/sub")
@@ -432,7 +432,7 @@ os.symlink("../../../../f", "/data/sub/climb")
 `)
 	moved := filepath.Join(parent, "moved")
 	require.NoError(t, os.Rename(dir, moved))
-	b := newSandbox(t, &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, moved)}}})
+	b := newSandbox(t, &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, moved)}}})
 	out := runOK(t, b, `
 import os
 for l in ["/data/l", "/data/sub/up", "/data/sub/climb"]:

@@ -26,7 +26,7 @@ func FuzzCompile(f *testing.F) {
 	cache := f.TempDir()
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, wasm []byte) {
-		g, err := sandbox.Compile(ctx, wasm, &sandbox.Options{CacheDir: cache, MemoryLimit: 4 << 20})
+		g, err := sandbox.Compile(ctx, wasm, &sandbox.Options{CacheDir: cache})
 		if err != nil {
 			if !errors.Is(err, sandbox.ErrInvalidModule) {
 				t.Fatalf("Compile: %v, not ErrInvalidModule", err)
@@ -34,7 +34,7 @@ func FuzzCompile(f *testing.F) {
 			return
 		}
 		defer g.Close(ctx)
-		_, err = g.Exec(ctx, &sandbox.Config{Fuel: 10_000_000, Timeout: 2 * time.Second, MaxOutput: 1024, StopAtOutputLimit: true})
+		_, err = g.Exec(ctx, &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{Fuel: 10_000_000, Timeout: 2 * time.Second, MaxOutput: 1024, Memory: 4 << 20}})
 		var exit *sandbox.ExitError
 		var trap *sandbox.TrapError
 		switch {

@@ -51,10 +51,6 @@ var ErrNotPython = errors.New("sandbox: not the Python guest")
 // ErrClosed reports use of a closed Guest or Sandbox.
 var ErrClosed = errors.New("sandbox: closed")
 
-// DefaultMemoryLimit is the most linear memory a run may have unless its
-// Config or the guest's Options say otherwise.
-const DefaultMemoryLimit = 256 << 20
-
 // Options configure how a guest is compiled. The zero value uses the
 // defaults.
 type Options struct {
@@ -62,9 +58,6 @@ type Options struct {
 	// empty, python.CacheDir("") decides ($FUMEHOOD_CACHE_DIR or the
 	// user's cache directory).
 	CacheDir string
-	// MemoryLimit is the default bound, in bytes, of a run's linear memory;
-	// 0 means DefaultMemoryLimit. Config.MemoryLimit overrides it per run.
-	MemoryLimit int64
 	// Install makes CompilePython install the Python guest when it is not
 	// in the cache, instead of returning ErrGuestNotInstalled.
 	Install bool
@@ -87,23 +80,22 @@ type Options struct {
 // Guest is a compiled guest module. It is safe for concurrent use: each run
 // gets its own instance. Close it to release the compiled code.
 type Guest struct {
-	rt          wazero.Runtime
-	compiled    wazero.CompiledModule
-	cache       wazero.CompilationCache
-	python      bool
-	fuel        bool // the guest meters fuel (always, for now)
-	id          string
-	memoryLimit int64        // default per-run bound
-	minMemory   int64        // the memory the guest declares it needs to start
-	stack       stackPointer // where the guest keeps its C stack pointer, if it does
-	closed      atomic.Bool
-	sessions    bool                     // the session build: NewSession works
-	globals     []string                 // the exported mutable globals but fuel
-	bases       baseImages               // session base images, by mount layout
-	cacheDir    string                   // where base images are kept between processes
-	prefetched  atomic.Pointer[prefetch] // the default layout's base image, being read
-	pyInfo      PythonInfo               // which Python guest (zero if not Python)
-	stdlib      afero.Fs                 // the built guest's standard library, mounted at StdlibPath
+	rt         wazero.Runtime
+	compiled   wazero.CompiledModule
+	cache      wazero.CompilationCache
+	python     bool
+	fuel       bool // the guest meters fuel (always, for now)
+	id         string
+	minMemory  int64        // the memory the guest declares it needs to start
+	stack      stackPointer // where the guest keeps its C stack pointer, if it does
+	closed     atomic.Bool
+	sessions   bool                     // the session build: NewSession works
+	globals    []string                 // the exported mutable globals but fuel
+	bases      baseImages               // session base images, by mount layout
+	cacheDir   string                   // where base images are kept between processes
+	prefetched atomic.Pointer[prefetch] // the default layout's base image, being read
+	pyInfo     PythonInfo               // which Python guest (zero if not Python)
+	stdlib     afero.Fs                 // the built guest's standard library, mounted at StdlibPath
 
 	closeOnce sync.Once
 	closeErr  error
@@ -344,13 +336,6 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if !wasmbin.IsWasm(wasm) {
 		return nil, fmt.Errorf("%w: not a WebAssembly binary module", ErrInvalidModule)
 	}
-	limit := opts.MemoryLimit
-	if limit == 0 {
-		limit = DefaultMemoryLimit
-	}
-	if limit < 1<<16 || limit > 1<<32 {
-		return nil, fmt.Errorf("sandbox: memory limit %d is outside 64 KiB to 4 GiB", limit)
-	}
 	minMem, stack, err := memoryLayout(wasm)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
@@ -402,7 +387,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	}
 	return &Guest{
 		rt: rt, compiled: compiled, cache: cache, cacheDir: dir,
-		fuel: true, memoryLimit: limit, minMemory: minMem, stack: stack,
+		fuel: true, minMemory: minMem, stack: stack,
 	}, nil
 }
 

@@ -29,33 +29,36 @@ func TestGoWASIGuest(t *testing.T) {
 	assert.Len(t, g.ID(), 64)
 	ctx := context.Background()
 
-	res, err := g.Exec(ctx, &sandbox.Config{Args: []string{"args", "one", "two words"}})
+	res, err := g.Exec(ctx, nil, "args", "one", "two words")
 	require.NoError(t, err)
 	assert.Equal(t, "one\ntwo words\n", string(res.Stdout))
 
-	res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"env"}})
+	res, err = g.Exec(ctx, nil, "env")
 	require.NoError(t, err)
 	assert.Empty(t, res.Stdout, "the environment is empty by default")
 
-	res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"env"}, Env: map[string]string{"B": "2", "A": "1"}})
+	withEnv, err := g.NewSandbox(&sandbox.Config{Env: map[string]string{"B": "2", "A": "1"}})
+	require.NoError(t, err)
+	defer withEnv.Close()
+	res, err = withEnv.Exec(ctx, nil, "env")
 	require.NoError(t, err)
 	assert.Equal(t, "A=1\nB=2\n", string(res.Stdout))
 
-	res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"exit", "7"}})
+	res, err = g.Exec(ctx, nil, "exit", "7")
 	var exit *sandbox.ExitError
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, 7, exit.Code)
 	assert.Equal(t, 7, res.ExitCode)
 
-	res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"cat"}, Stdin: strings.NewReader("through stdin")})
+	res, err = g.Exec(ctx, &sandbox.RunOptions{Stdin: strings.NewReader("through stdin")}, "cat")
 	require.NoError(t, err)
 	assert.Equal(t, "through stdin", string(res.Stdout))
 
-	res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"ls", "/"}})
+	res, err = g.Exec(ctx, nil, "ls", "/")
 	require.NoError(t, err)
 	assert.Equal(t, "tmp\nwork\n", string(res.Stdout), "a fresh in-memory root")
 
-	res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"spin"}, Timeout: 300 * time.Millisecond})
+	res, err = g.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond}}, "spin")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, -1, res.ExitCode)
 
@@ -104,7 +107,7 @@ func TestClosedGuest(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, g.Close(context.Background()))
 	require.NoError(t, g.Close(context.Background()), "closing twice is harmless")
-	_, err = g.Exec(context.Background(), &sandbox.Config{Args: []string{"args", "x"}})
+	_, err = g.Exec(context.Background(), nil, "args", "x")
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, sandbox.ErrClosed), "got %v", err)
 }

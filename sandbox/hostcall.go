@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"path"
 
 	"github.com/tetratelabs/wazero/experimental/sysfs"
@@ -19,7 +18,8 @@ const HostMountPath = "/dev/fumehood"
 
 // mountHost mounts the channel of a sandbox that has host functions or a
 // network policy.
-func (s *Sandbox) mountHost(c *SandboxConfig, fscfg sysfs.FSConfig) (sysfs.FSConfig, error) {
+// Python runs get the module on PYTHONPATH (s.pyEnv).
+func (s *Sandbox) mountHost(c *Config, fscfg sysfs.FSConfig) (sysfs.FSConfig, error) {
 	if c.HostCalls == nil && c.Network == nil {
 		return fscfg, nil
 	}
@@ -29,65 +29,14 @@ func (s *Sandbox) mountHost(c *SandboxConfig, fscfg sysfs.FSConfig) (sysfs.FSCon
 	}
 	srv.ReportErrno(s.errno.report) // EMFILE past hostcall.MaxOpen
 	s.host, s.hostFS = srv, srv.FS()
-	return fscfg.WithSysFSMount(s.hostFS, HostMountPath).(sysfs.FSConfig), nil
-}
-
-// hostKey finds a sandbox's host-call server in a run's context.
-type hostKey struct{}
-
-// withHost prepares a Python run of a sandbox with a host-call server: the
-// module on PYTHONPATH, the server in the context for exec to bind.
-func (s *Sandbox) withHost(ctx context.Context, cfg *Config, python bool) (context.Context, *Config) {
-	if s.host == nil {
-		return ctx, cfg
-	}
-	ctx = context.WithValue(ctx, hostKey{}, s.host)
-	if !python {
-		return ctx, cfg
-	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
 	pp := path.Join(HostMountPath, hostcall.PythonPath)
-	if s.host.HasNetwork() {
+	if srv.HasNetwork() {
 		// sitecustomize routes urllib and http.client through the policy.
 		pp += ":" + path.Join(HostMountPath, hostcall.PythonSitePath)
 	}
 	if old := c.Env["PYTHONPATH"]; old != "" {
 		pp += ":" + old
 	}
-	c.Env = withEnv(c.Env, "PYTHONPATH", pp)
-	return ctx, &c
-}
-
-// hostRun is the binding of one run to its sandbox's host-call server.
-type hostRun struct {
-	end func() hostcall.Stats
-}
-
-// beginHost binds the run whose context is ctx (carrying its deadline) to
-// the sandbox's host-call server, if it has one.
-func beginHost(ctx context.Context) (*hostRun, error) {
-	srv, _ := ctx.Value(hostKey{}).(*hostcall.Server)
-	if srv == nil {
-		return nil, nil
-	}
-	end, err := srv.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &hostRun{end: end}, nil
-}
-
-// finish unbinds the run (again, harmlessly) and reports its counts in
-// res, if not nil.
-func (h *hostRun) finish(res *Result) {
-	if h == nil {
-		return
-	}
-	st := h.end()
-	if res != nil {
-		res.HostCalls, res.HTTPRequests = st.Calls, st.HTTPRequests
-	}
+	s.pyEnv = withEnv(c.Env, "PYTHONPATH", pp)
+	return fscfg.WithSysFSMount(s.hostFS, HostMountPath).(sysfs.FSConfig), nil
 }

@@ -55,7 +55,7 @@ def timed(n, f):
 // returns its argument, from Python: encoding, the channel, the Go handler,
 // decoding.
 func BenchmarkHostCallRoundTrip(b *testing.B) {
-	sb, err := testenv.Python(b).NewSandbox(&sandbox.SandboxConfig{Logger: quiet, HostCalls: &hostcall.Config{
+	sb, err := testenv.Python(b).NewSandbox(&sandbox.Config{Logger: quiet, HostCalls: &hostcall.Config{
 		Funcs: map[string]hostcall.Handler{
 			"echo": hostcall.Func(func(ctx context.Context, a struct{ X int }) (int, error) { return a.X, nil }),
 		},
@@ -113,7 +113,7 @@ func BenchmarkGETPolicy(b *testing.B) {
 func BenchmarkGETFromPython(b *testing.B) {
 	srv, p := newLoopback(b)
 	p.MaxRequests = 10_000
-	sb, err := testenv.Python(b).NewSandbox(&sandbox.SandboxConfig{Network: p, Logger: quiet})
+	sb, err := testenv.Python(b).NewSandbox(&sandbox.Config{Network: p, Logger: quiet})
 	require.NoError(b, err)
 	defer sb.Close()
 	b.Run("fumehood.http", func(b *testing.B) {
@@ -140,7 +140,7 @@ func BenchmarkRunPrintHost(b *testing.B) {
 	plain, err := py.NewSandbox(nil)
 	require.NoError(b, err)
 	defer plain.Close()
-	host, err := py.NewSandbox(&sandbox.SandboxConfig{HostCalls: &hostcall.Config{}, Network: &netpolicy.Policy{}, Logger: quiet})
+	host, err := py.NewSandbox(&sandbox.Config{HostCalls: &hostcall.Config{}, Network: &netpolicy.Policy{}, Logger: quiet})
 	require.NoError(b, err)
 	defer host.Close()
 	var tp, th []float64

@@ -24,7 +24,7 @@ import (
 // with a huge name. The server's accounting stays within its bound, and the
 // host's heap (sampled during the run) does not grow with the attack.
 func TestHostCallChannelFloodStaysBounded(t *testing.T) {
-	sb := newSandbox(t, &sandbox.SandboxConfig{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+	sb := newSandbox(t, &sandbox.Config{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
 		"echo": func(_ context.Context, args encjson.RawMessage) (any, error) { return args, nil },
 	}}})
 	var peakHeap uint64
@@ -84,7 +84,7 @@ try:
     fumehood.call("<" * 1000000)
 except fumehood.CallError as e:
     print("unknown", e.kind, len(e.message))
-`, &sandbox.Config{MemoryLimit: 64 << 20, Timeout: 60 * time.Second})
+`, &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20, Timeout: 60 * time.Second}})
 	close(stop)
 	wg.Wait()
 	require.NoError(t, err, "stderr: %s", res.Stderr)

@@ -39,7 +39,7 @@ type addResult struct {
 
 func TestHostCallTypedArgsAndResult(t *testing.T) {
 	var logs bytes.Buffer
-	sb := newSandbox(t, &sandbox.SandboxConfig{
+	sb := newSandbox(t, &sandbox.Config{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
 			"add": hostcall.Func(func(ctx context.Context, a addArgs) (addResult, error) {
@@ -61,7 +61,7 @@ print(fumehood.call("add", A=1, B=1)["sum"])
 }
 
 func TestHostCallErrorsArePythonExceptions(t *testing.T) {
-	sb := newSandbox(t, &sandbox.SandboxConfig{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+	sb := newSandbox(t, &sandbox.Config{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
 		"fail": func(ctx context.Context, _ encjson.RawMessage) (any, error) {
 			return nil, errors.New("the database is down")
 		},
@@ -91,7 +91,7 @@ print(fumehood.call("add", A=2, B=3), "after a panic")
 }
 
 func TestHostCallLimits(t *testing.T) {
-	sb := newSandbox(t, &sandbox.SandboxConfig{HostCalls: &hostcall.Config{
+	sb := newSandbox(t, &sandbox.Config{HostCalls: &hostcall.Config{
 		MaxCalls: 3, MaxRequestBytes: 200, MaxResponseBytes: 100,
 		Funcs: map[string]hostcall.Handler{
 			"echo": hostcall.Func(func(ctx context.Context, a struct{ S string }) (string, error) { return a.S, nil }),
@@ -124,7 +124,7 @@ func TestHostCallDeadlineStopsTheRun(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	entered := make(chan struct{}, 1)
-	sb := newSandbox(t, &sandbox.SandboxConfig{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+	sb := newSandbox(t, &sandbox.Config{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
 		// Ignores its context on purpose: the run must end anyway.
 		"hang": func(ctx context.Context, _ encjson.RawMessage) (any, error) {
 			entered <- struct{}{}
@@ -141,7 +141,7 @@ except fumehood.CallError as e:
     print("caught", e.kind)
 while True:
     pass
-`, &sandbox.Config{Timeout: 2 * time.Second})
+`, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 2 * time.Second}})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Len(t, entered, 1, "the host function was called")
@@ -149,10 +149,10 @@ while True:
 	assert.Equal(t, 1, res.HostCalls)
 
 	// The sandbox serves the next run.
-	sb2 := newSandbox(t, &sandbox.SandboxConfig{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+	sb2 := newSandbox(t, &sandbox.Config{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
 		"ctx": func(ctx context.Context, _ encjson.RawMessage) (any, error) { <-ctx.Done(); return nil, ctx.Err() },
 	}}})
-	res, err = sb2.Run(context.Background(), "import fumehood\nfumehood.call('ctx')", &sandbox.Config{Timeout: time.Second})
+	res, err = sb2.Run(context.Background(), "import fumehood\nfumehood.call('ctx')", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: time.Second}})
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "a handler that honours its context ends with the run: %s", res.Stderr)
 }
 
@@ -161,7 +161,7 @@ func TestHostModuleOnlyWhenConfigured(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, string(res.Stderr), "ModuleNotFoundError: No module named 'fumehood'")
 
-	_, err = testenv.Python(t).NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: sandbox.HostMountPath, FS: nil}}})
+	_, err = testenv.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: sandbox.HostMountPath, FS: nil}}})
 	assert.Error(t, err)
 }
 
@@ -206,8 +206,8 @@ func allowLoopback(t *testing.T, servers ...*netServer) *netpolicy.Policy {
 
 func runNet(t *testing.T, p *netpolicy.Policy, code string) (*sandbox.Result, error) {
 	t.Helper()
-	sb := newSandbox(t, &sandbox.SandboxConfig{Network: p})
-	return sb.Run(context.Background(), code, &sandbox.Config{Timeout: 20 * time.Second})
+	sb := newSandbox(t, &sandbox.Config{Network: p})
+	return sb.Run(context.Background(), code, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 20 * time.Second}})
 }
 
 func TestNetworkAllowedGetAndPost(t *testing.T) {
@@ -338,7 +338,7 @@ print(dict(os.environ))
 }
 
 func TestNetworkOffWithoutPolicy(t *testing.T) {
-	sb := newSandbox(t, &sandbox.SandboxConfig{HostCalls: &hostcall.Config{}})
+	sb := newSandbox(t, &sandbox.Config{HostCalls: &hostcall.Config{}})
 	res, err := sb.Run(context.Background(), `
 import fumehood.http as fh
 try:
@@ -352,7 +352,7 @@ except fh.PolicyError as e:
 
 func TestSessionHostCallsAndNetwork(t *testing.T) {
 	srv := newNetServer(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "pong") })
-	cfg := &sandbox.SessionConfig{
+	cfg := &sandbox.Config{
 		Network: allowLoopback(t, srv),
 		HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
 			"add": hostcall.Func(func(ctx context.Context, a addArgs) (int, error) { return a.A + a.B, nil }),
@@ -385,7 +385,7 @@ func TestSessionHostCallsAndNetwork(t *testing.T) {
 // TestSessionHostMountFilesCarried: a channel and a module file the guest
 // holds open itself are open again after a resume.
 func TestSessionHostMountFilesCarried(t *testing.T) {
-	cfg := &sandbox.SessionConfig{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+	cfg := &sandbox.Config{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
 		"add": hostcall.Func(func(ctx context.Context, a addArgs) (int, error) { return a.A + a.B, nil }),
 	}}}
 	s := newSession(t, cfg)

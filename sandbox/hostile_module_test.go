@@ -55,9 +55,9 @@ func compileHostile(t *testing.T, h hostileModule, opts *sandbox.Options) (*sand
 // start: the allocator cannot refuse the first allocation, so this used to
 // give a guest limited to 64 MiB a whole GiB of host memory.
 func TestHugeInitialMemoryIsRefused(t *testing.T) {
-	g, err := compileHostile(t, hostileModule{memPages: 16384}, &sandbox.Options{MemoryLimit: 64 << 20}) // 1 GiB
+	g, err := compileHostile(t, hostileModule{memPages: 16384}, nil) // 1 GiB
 	require.NoError(t, err)
-	res, err := g.Exec(context.Background(), nil)
+	res, err := g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}})
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 	assert.Nil(t, res, "nothing was instantiated")
 
@@ -68,11 +68,11 @@ func TestHugeInitialMemoryIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 
 	// A run whose own limit is large enough starts.
-	g, err = compileHostile(t, hostileModule{memPages: 16}, &sandbox.Options{MemoryLimit: 512 << 10})
+	g, err = compileHostile(t, hostileModule{memPages: 16}, nil)
 	require.NoError(t, err)
-	_, err = g.Exec(context.Background(), nil)
+	_, err = g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 512 << 10}})
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
-	res, err = g.Exec(context.Background(), &sandbox.Config{MemoryLimit: 1 << 20})
+	res, err = g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 1 << 20}})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1<<20), res.PeakMemory)
 }
@@ -106,9 +106,9 @@ func TestTableGrowthIsBounded(t *testing.T) {
 	}
 	const failed, succeeded = 0x46, 0x47
 	table := []byte{0x01, 0x70, 0x00, 0x01} // one funcref table, min 1, no max
-	g, err := compileHostile(t, hostileModule{memPages: 1, table: table, body: growTrapIf(1<<24, succeeded)}, &sandbox.Options{MemoryLimit: 1 << 20})
+	g, err := compileHostile(t, hostileModule{memPages: 1, table: table, body: growTrapIf(1<<24, succeeded)}, nil)
 	require.NoError(t, err)
-	res, err := g.Exec(context.Background(), nil)
+	res, err := g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 1 << 20}})
 	require.NoError(t, err, "the growth failed (returned -1)")
 	assert.Equal(t, 0, res.ExitCode)
 
@@ -177,7 +177,7 @@ func TestHostilePollOneoff(t *testing.T) {
 			g, err := sandbox.Compile(context.Background(), pollModule(c.in, c.out, c.n, c.result, c.want), nil)
 			require.NoError(t, err)
 			defer g.Close(context.Background())
-			_, err = g.Exec(context.Background(), &sandbox.Config{Timeout: 5 * time.Second})
+			_, err = g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 5 * time.Second}})
 			require.NoError(t, err, "poll_oneoff returned another errno than %d", c.want)
 		})
 	}

@@ -33,10 +33,13 @@ def attempt(label, f):
 type hostileCase struct {
 	name   string
 	code   string
-	cfg    *sandbox.Config
+	cfg    *sandbox.RunOptions
 	mounts func(t *testing.T) []sandbox.Mount
 	check  func(t *testing.T, res *sandbox.Result, err error)
 	slow   bool // skipped with -short
+
+	// deterministic runs the case in a deterministic sandbox.
+	deterministic bool
 }
 
 // wantLines checks a run that succeeded and printed exactly want.
@@ -139,31 +142,31 @@ except (ImportError, AttributeError, OSError) as e:
 			"fork AttributeError ", "exec AttributeError ", "kill AttributeError ", "ctypes ModuleNotFoundError ",
 			"multiprocessing refused")},
 
-		{name: "CPU bomb", code: "while True: pass", cfg: &sandbox.Config{Fuel: fuel},
+		{name: "CPU bomb", code: "while True: pass", cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: fuel}},
 			check: wantStop(sandbox.ErrFuelExhausted)},
-		{name: "CPU bomb in C code", code: "import re\nre.match(r'(a+)+$', 'a' * 64 + '!')", cfg: &sandbox.Config{Fuel: fuel},
+		{name: "CPU bomb in C code", code: "import re\nre.match(r'(a+)+$', 'a' * 64 + '!')", cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: fuel}},
 			check: wantStop(sandbox.ErrFuelExhausted)},
 		{name: "CPU bomb past its deadline", code: "import re\nre.match(r'(a+)+$', 'a' * 64 + '!')",
-			cfg: &sandbox.Config{Timeout: 300 * time.Millisecond, Fuel: sandbox.UnlimitedFuel}, check: wantStop(context.DeadlineExceeded)},
+			cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond, Fuel: sandbox.UnlimitedFuel}}, check: wantStop(context.DeadlineExceeded)},
 
-		{name: "memory bomb", code: "x = [0] * (50 << 20)", cfg: &sandbox.Config{MemoryLimit: 64 << 20},
+		{name: "memory bomb", code: "x = [0] * (50 << 20)", cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}},
 			check: func(t *testing.T, res *sandbox.Result, err error) {
 				require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 				wantPythonError("MemoryError")(t, res, err)
 				assert.LessOrEqual(t, res.PeakMemory, int64(64<<20))
 			}},
-		{name: "memory bomb, growing", code: "l = []\nwhile True: l.append(bytearray(1 << 20))", cfg: &sandbox.Config{MemoryLimit: 64 << 20},
+		{name: "memory bomb, growing", code: "l = []\nwhile True: l.append(bytearray(1 << 20))", cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}},
 			check: func(t *testing.T, res *sandbox.Result, err error) {
 				require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 				assert.LessOrEqual(t, res.PeakMemory, int64(64<<20))
 			}},
 
 		{name: "output bomb", code: "import sys\nwhile True: sys.stdout.write('x' * 65536)",
-			cfg: &sandbox.Config{StopAtOutputLimit: true}, check: func(t *testing.T, res *sandbox.Result, err error) {
+			cfg: &sandbox.RunOptions{StopAtOutputLimit: true}, check: func(t *testing.T, res *sandbox.Result, err error) {
 				wantStop(sandbox.ErrOutputLimit)(t, res, err)
 				assert.Len(t, res.Stdout, sandbox.DefaultMaxOutput)
 			}},
-		{name: "output flood, dropped", code: "import sys\nwhile True: sys.stderr.write('e' * 4096)", cfg: &sandbox.Config{Fuel: fuel},
+		{name: "output flood, dropped", code: "import sys\nwhile True: sys.stderr.write('e' * 4096)", cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: fuel}},
 			check: func(t *testing.T, res *sandbox.Result, err error) {
 				wantStop(sandbox.ErrFuelExhausted)(t, res, err)
 				assert.Len(t, res.Stderr, sandbox.DefaultMaxOutput)
@@ -174,7 +177,7 @@ except (ImportError, AttributeError, OSError) as e:
 		{name: "deep Python recursion, raised limit", code: "import sys\nsys.setrecursionlimit(10**5)\ndef f(n): return f(n + 1)\nf(0)",
 			check: wantPythonError("RecursionError")},
 		{name: "deep Python recursion, unbounded", code: "import sys\nsys.setrecursionlimit(10**8)\ndef f(n): return f(n + 1)\nf(0)",
-			cfg: &sandbox.Config{Fuel: fuel}, check: wantStop(sandbox.ErrFuelExhausted)},
+			cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: fuel}}, check: wantStop(sandbox.ErrFuelExhausted)},
 		{name: "deep Python recursion, default limit", code: "def f(n): return f(n + 1)\nf(0)", check: wantPythonError("RecursionError")},
 		{name: "deep nesting in C: json", code: "import json\njson.loads('[' * 10**6)", check: wantPythonError("RecursionError")},
 		{name: "deep nesting in C: parser", code: attemptPy + `
@@ -187,7 +190,7 @@ attempt("dirs", lambda: os.makedirs("/tmp/" + "a/" * 5000))
 
 		{name: "huge source", code: "x = 0\n" + strings.Repeat("x += 1\n", 20_000) + "print(x)", check: wantLines("20000")},
 		{name: "huge source past the memory limit", code: "x = 0\n" + strings.Repeat("x += 1\n", 100_000) + "print(x)",
-			slow: true, cfg: &sandbox.Config{MemoryLimit: 48 << 20}, check: func(t *testing.T, res *sandbox.Result, err error) {
+			slow: true, cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 48 << 20}}, check: func(t *testing.T, res *sandbox.Result, err error) {
 				require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 				wantPythonError("MemoryError")(t, res, err)
 			}},
@@ -214,10 +217,10 @@ attempt("select", lambda: select.select([], [], [], 0.001))
 attempt("monotonic", lambda: time.monotonic() > 0)
 `, check: wantLines("negative ValueError ", "nan ValueError ", "huge OverflowError ", "inf OverflowError ",
 			"select OK ([], [], [])", "monotonic OK True")},
-		{name: "sleep past the deadline", code: "import time\ntime.sleep(3600)", cfg: &sandbox.Config{Timeout: 300 * time.Millisecond},
+		{name: "sleep past the deadline", code: "import time\ntime.sleep(3600)", cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond}},
 			check: wantStop(context.DeadlineExceeded)},
 		{name: "deterministic sleep past the deadline", code: "import time\ntime.sleep(10**9)",
-			cfg: &sandbox.Config{Timeout: 300 * time.Millisecond, Deterministic: true}, check: wantStop(context.DeadlineExceeded)},
+			deterministic: true, cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond}}, check: wantStop(context.DeadlineExceeded)},
 
 		{name: "a million files", code: `
 import errno
@@ -226,7 +229,7 @@ try:
         open(f"/tmp/f{i}", "w").close()
 except OSError as e:
     print(errno.errorcode[e.errno], i)
-`, slow: true, cfg: &sandbox.Config{Fuel: 20 * fuel}, check: wantLines(fmt.Sprintf("ENOSPC %d", sandbox.DefaultRootQuota.MaxFiles-2))},
+`, slow: true, cfg: &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 20 * fuel}}, check: wantLines(fmt.Sprintf("ENOSPC %d", sandbox.DefaultRootQuota.MaxFiles-2))},
 		{name: "a huge file", code: `
 import errno
 try:
@@ -286,7 +289,7 @@ func TestHostilePython(t *testing.T) {
 			if c.mounts != nil {
 				mounts = c.mounts(t)
 			}
-			s, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: mounts})
+			s, err := py.NewSandbox(&sandbox.Config{Mounts: mounts, Deterministic: c.deterministic})
 			require.NoError(t, err)
 			defer s.Close()
 

@@ -356,8 +356,8 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 	if h.Guest != g.id || layoutKey(h.Mounts) != layoutKey(layout) || len(h.Globals) != len(g.globals) {
 		return nil, errors.New("sandbox: cached base image of another build")
 	}
-	if h.MemorySize > uint64(g.memoryLimit) {
-		// It was built within a memory limit: a larger one is not ours,
+	if h.MemorySize > DefaultMemoryLimit {
+		// It was built within DefaultMemoryLimit: a larger one is not ours,
 		// and allocating its memory would cost more than any session may.
 		return nil, fmt.Errorf("sandbox: cached base image of %d bytes, over the memory limit", h.MemorySize)
 	}

@@ -38,7 +38,7 @@ const (
 	// the default allows minutes of pure computation and the default
 	// deadline is usually the bound that binds first.
 	DefaultFuel = 100_000_000_000
-	// UnlimitedFuel as Config.Fuel lifts the fuel bound.
+	// UnlimitedFuel as Limits.Fuel lifts the fuel bound.
 	UnlimitedFuel = math.MaxInt64
 )
 

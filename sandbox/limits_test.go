@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func healthy(t *testing.T, py *sandbox.Guest) {
 
 func TestFuelStopsInfiniteLoop(t *testing.T) {
 	py := testenv.Python(t)
-	res, err := py.Run(context.Background(), "while True: pass", &sandbox.Config{Fuel: 1_000_000_000})
+	res, err := py.Run(context.Background(), "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 1_000_000_000}})
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 	assert.Equal(t, -1, res.ExitCode)
 	assert.Equal(t, int64(1_000_000_000), res.FuelUsed)
@@ -46,8 +47,8 @@ func TestRefillLetsComputationFinish(t *testing.T) {
 	py := testenv.Python(t)
 	var calls int
 	var lastUsed int64
-	res, err := py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.Config{
-		Fuel: 200_000_000,
+	res, err := py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.RunOptions{
+		Limits: sandbox.Limits{Fuel: 200_000_000},
 		Refill: func(used int64) int64 {
 			calls++
 			lastUsed = used
@@ -62,8 +63,8 @@ func TestRefillLetsComputationFinish(t *testing.T) {
 
 	// A refill that declines ends the run.
 	calls = 0
-	_, err = py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.Config{
-		Fuel:   200_000_000,
+	_, err = py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.RunOptions{
+		Limits: sandbox.Limits{Fuel: 200_000_000},
 		Refill: func(int64) int64 { calls++; return 0 },
 	})
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
@@ -77,13 +78,13 @@ import sys
 sys.setrecursionlimit(10**6)
 def f(n): return f(n + 1)
 f(0)
-`, &sandbox.Config{Fuel: 5_000_000_000})
+`, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 5_000_000_000}})
 	require.Error(t, err)
 	assert.NotEqual(t, 0, res.ExitCode)
 	healthy(t, py)
 
 	// Deep nesting in C code paths: the parser and the JSON decoder.
-	res, err = py.Run(context.Background(), "import json\njson.loads('[' * 10**6)", &sandbox.Config{Fuel: 5_000_000_000})
+	res, err = py.Run(context.Background(), "import json\njson.loads('[' * 10**6)", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 5_000_000_000}})
 	require.Error(t, err)
 	assert.Contains(t, string(res.Stderr), "RecursionError")
 	healthy(t, py)
@@ -104,7 +105,7 @@ func TestMemoryLimit(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 
 	// Growing a list until memory runs out.
-	res, err = py.Run(context.Background(), "l = []\nwhile True: l.append('x' * 100000)", &sandbox.Config{MemoryLimit: 64 << 20})
+	res, err = py.Run(context.Background(), "l = []\nwhile True: l.append('x' * 100000)", &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}})
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 	assert.LessOrEqual(t, res.PeakMemory, int64(64<<20))
 
@@ -115,38 +116,38 @@ try:
 except MemoryError:
     print("refused")
 print(len(bytearray(2**20)))
-`, &sandbox.Config{MemoryLimit: 64 << 20})
+`, &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}})
 	require.NoError(t, err)
 	assert.Equal(t, "refused\n1048576\n", string(res.Stdout))
 	assert.True(t, res.MemoryLimitHit)
 
 	// A larger limit allows more.
-	res, err = py.Run(context.Background(), "print(len(bytearray(300 * 2**20)))", &sandbox.Config{MemoryLimit: 512 << 20})
+	res, err = py.Run(context.Background(), "print(len(bytearray(300 * 2**20)))", &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 512 << 20}})
 	require.NoError(t, err)
 	assert.Equal(t, "314572800\n", string(res.Stdout))
 	assert.Greater(t, res.PeakMemory, int64(300<<20))
 
 	// A limit below what the guest needs to start is refused up front.
-	_, err = py.Run(context.Background(), "pass", &sandbox.Config{MemoryLimit: 1 << 20})
+	_, err = py.Run(context.Background(), "pass", &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 1 << 20}})
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 	healthy(t, py)
 }
 
 func TestOutputLimit(t *testing.T) {
 	py := testenv.Python(t)
-	res, err := py.Run(context.Background(), "for i in range(100000): print(i)", &sandbox.Config{MaxOutput: 1000})
+	res, err := py.Run(context.Background(), "for i in range(100000): print(i)", &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 1000}})
 	require.NoError(t, err, "by default output past the bound is dropped")
 	assert.Len(t, res.Stdout, 1000)
 	assert.True(t, res.StdoutTruncated)
 	assert.Greater(t, res.StdoutBytes, int64(500_000))
 
 	var streamed strings.Builder
-	res, err = py.Run(context.Background(), "while True: print('spam')", &sandbox.Config{MaxOutput: 1000, StopAtOutputLimit: true, Stdout: &streamed})
+	res, err = py.Run(context.Background(), "while True: print('spam')", &sandbox.RunOptions{StopAtOutputLimit: true, Stdout: &streamed, Limits: sandbox.Limits{MaxOutput: 1000}})
 	require.ErrorIs(t, err, sandbox.ErrOutputLimit)
 	assert.Len(t, res.Stdout, 1000)
 	assert.Equal(t, string(res.Stdout), streamed.String(), "the stream is bounded too")
 
-	res, err = py.Run(context.Background(), "import sys\nwhile True: sys.stderr.write('e' * 100)", &sandbox.Config{MaxOutput: 1000, StopAtOutputLimit: true})
+	res, err = py.Run(context.Background(), "import sys\nwhile True: sys.stderr.write('e' * 100)", &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{MaxOutput: 1000}})
 	require.ErrorIs(t, err, sandbox.ErrOutputLimit)
 	assert.True(t, res.StderrTruncated)
 	healthy(t, py)
@@ -161,12 +162,22 @@ print(sum(range(10**5)))
 print(time.time())
 `
 
+// runDeterministic runs code in a fresh deterministic sandbox seeded with
+// seed.
+func runDeterministic(t *testing.T, py *sandbox.Guest, code string, seed uint64) (*sandbox.Result, error) {
+	t.Helper()
+	s, err := py.NewSandbox(&sandbox.Config{Deterministic: true, Seed: seed})
+	require.NoError(t, err)
+	defer s.Close()
+	return s.Run(context.Background(), code, nil)
+}
+
 func TestDeterministicRuns(t *testing.T) {
 	py := testenv.Python(t)
 	var outs []string
 	var fuels []int64
 	for range 3 {
-		res, err := py.Run(context.Background(), deterministicProgram, &sandbox.Config{Deterministic: true, Seed: 7})
+		res, err := runDeterministic(t, py, deterministicProgram, 7)
 		require.NoError(t, err)
 		outs = append(outs, string(res.Stdout))
 		fuels = append(fuels, res.FuelUsed)
@@ -177,7 +188,7 @@ func TestDeterministicRuns(t *testing.T) {
 	assert.Equal(t, fuels[0], fuels[2], "identical fuel")
 	assert.True(t, strings.HasPrefix(outs[0], "1704067200."), "the clock starts at the epoch: %s", outs[0])
 
-	other, err := py.Run(context.Background(), deterministicProgram, &sandbox.Config{Deterministic: true, Seed: 8})
+	other, err := runDeterministic(t, py, deterministicProgram, 8)
 	require.NoError(t, err)
 	assert.NotEqual(t, outs[0], string(other.Stdout), "another seed, other random numbers")
 
@@ -199,7 +210,7 @@ func TestSleep(t *testing.T) {
 	assert.Less(t, res.FuelUsed, base.FuelUsed+50_000_000, "sleeping costs no fuel")
 
 	// A deadline wakes a sleeping guest.
-	res, err = py.Run(context.Background(), "import time\ntime.sleep(60)", &sandbox.Config{Timeout: 300 * time.Millisecond})
+	res, err = py.Run(context.Background(), "import time\ntime.sleep(60)", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, res.Duration, 10*time.Second, "the 60 s sleep was cut short")
 
@@ -211,7 +222,7 @@ func TestSleep(t *testing.T) {
 	assert.Less(t, res.Duration, 10*time.Second)
 
 	// In deterministic mode the clock moves by exactly the time slept.
-	res, err = py.Run(context.Background(), "import time\nt = time.time()\ntime.sleep(0.25)\nprint(round(time.time() - t, 2))", &sandbox.Config{Deterministic: true})
+	res, err = runDeterministic(t, py, "import time\nt = time.time()\ntime.sleep(0.25)\nprint(round(time.time() - t, 2))", 0)
 	require.NoError(t, err)
 	assert.Equal(t, "0.25\n", string(res.Stdout))
 }
@@ -220,7 +231,7 @@ func TestDeadlineWhileBlockedOnStdin(t *testing.T) {
 	py := testenv.Python(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
-	res, err := py.Run(context.Background(), "import sys\nprint('waiting')\nsys.stdin.read()", &sandbox.Config{Stdin: pr, Timeout: 2 * time.Second})
+	res, err := py.Run(context.Background(), "import sys\nprint('waiting')\nsys.stdin.read()", &sandbox.RunOptions{Stdin: pr, Limits: sandbox.Limits{Timeout: 2 * time.Second}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, "waiting\n", string(res.Stdout))
 	assert.Less(t, res.Duration, 10*time.Second)
@@ -231,28 +242,28 @@ func TestNoGoroutineGrowth(t *testing.T) {
 	g := goGuest(t)
 	ctx := context.Background()
 	// Warm up, then count.
-	_, err := g.Exec(ctx, &sandbox.Config{Args: []string{"args", "x"}})
+	_, err := g.Exec(ctx, nil, "args", "x")
 	require.NoError(t, err)
 	runtime.GC()
 	before := runtime.NumGoroutine()
 	for i := range 200 {
 		switch i % 4 {
 		case 0:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"args", "x"}})
+			_, err = g.Exec(ctx, nil, "args", "x")
 			require.NoError(t, err)
 		case 1:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"spin"}, Timeout: 5 * time.Millisecond})
+			_, err = g.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 5 * time.Millisecond}}, "spin")
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 		case 2:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"spin"}, Fuel: 10_000_000})
+			_, err = g.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 10_000_000}}, "spin")
 			require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 		case 3:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"cat"}, Stdin: io.MultiReader(strings.NewReader("a"), strings.NewReader("b"))})
+			_, err = g.Exec(ctx, &sandbox.RunOptions{Stdin: io.MultiReader(strings.NewReader("a"), strings.NewReader("b"))}, "cat")
 			require.NoError(t, err)
 		}
 	}
 	for range 10 {
-		_, err = py.Run(ctx, "while True: pass", &sandbox.Config{Timeout: 20 * time.Millisecond})
+		_, err = py.Run(ctx, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 20 * time.Millisecond}})
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	}
 	// Goroutines that end asynchronously get a moment to do so.
@@ -265,11 +276,11 @@ func TestNoGoroutineGrowth(t *testing.T) {
 
 func TestGoGuestLimits(t *testing.T) {
 	g := goGuest(t)
-	res, err := g.Exec(context.Background(), &sandbox.Config{Args: []string{"spin"}, Fuel: 50_000_000})
+	res, err := g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 50_000_000}}, "spin")
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 	assert.Equal(t, int64(50_000_000), res.FuelUsed)
 
-	res, err = g.Exec(context.Background(), &sandbox.Config{Args: []string{"write", "5000"}, MaxOutput: 100})
+	res, err = g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 100}}, "write", "5000")
 	require.NoError(t, err)
 	assert.Len(t, res.Stdout, 100)
 	assert.Equal(t, int64(5000), res.StdoutBytes)
@@ -292,16 +303,82 @@ func TestParseSize(t *testing.T) {
 // counter (CPython allocates ints past 256, which costs fuel).
 func TestDeterministicWhateverCameBefore(t *testing.T) {
 	py := testenv.Python(t)
-	cfg := &sandbox.Config{Deterministic: true, Seed: 7}
-	before, err := py.Run(context.Background(), deterministicProgram, cfg)
+	before, err := runDeterministic(t, py, deterministicProgram, 7)
 	require.NoError(t, err)
 	for range 300 {
 		s, err := py.NewSandbox(nil)
 		require.NoError(t, err)
 		s.Close()
 	}
-	after, err := py.Run(context.Background(), deterministicProgram, cfg)
+	after, err := runDeterministic(t, py, deterministicProgram, 7)
 	require.NoError(t, err)
 	assert.Equal(t, before.FuelUsed, after.FuelUsed)
 	assert.Equal(t, string(before.Stdout), string(after.Stdout))
+}
+
+// TestRunLimitsOnlyLower: a sandbox's Limits are the ceiling of its runs.
+// A run asking for more time, fuel, memory or output than its sandbox gets
+// the sandbox's; one asking for less gets less; a sandbox that sets none
+// has the defaults before the comparison; a negative request is an error.
+func TestRunLimitsOnlyLower(t *testing.T) {
+	// A bound of the test's own, so that a run given the run's hour fails
+	// instead of hanging.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g := goGuest(t)
+	s, err := g.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond, Fuel: 10_000_000, MaxOutput: 100}})
+	require.NoError(t, err)
+	defer s.Close()
+	more := &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: time.Hour, Fuel: sandbox.UnlimitedFuel, MaxOutput: 1 << 20}}
+
+	res, err := s.Exec(ctx, more, "spin")
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	assert.LessOrEqual(t, res.FuelUsed, int64(10_000_000), "the sandbox's fuel, not the run's")
+	res, err = s.Exec(ctx, more, "write", "5000")
+	require.NoError(t, err)
+	assert.Len(t, res.Stdout, 100, "the sandbox's MaxOutput, not the run's")
+	assert.True(t, res.StdoutTruncated)
+	res, err = s.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 1_000_000}}, "spin")
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	assert.LessOrEqual(t, res.FuelUsed, int64(1_000_000), "a lower request lowers")
+	res, err = s.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 10}}, "write", "5000")
+	require.NoError(t, err)
+	assert.Len(t, res.Stdout, 10)
+
+	slow, err := g.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond, Fuel: sandbox.UnlimitedFuel}})
+	require.NoError(t, err)
+	defer slow.Close()
+	res, err = slow.Exec(ctx, more, "spin")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the sandbox's timeout, not the run's hour")
+	assert.Less(t, res.Duration, 10*time.Second)
+
+	// Memory: a module needing 1 MiB does not start under a 512 KiB
+	// ceiling, whatever its run asks for.
+	h, err := compileHostile(t, hostileModule{memPages: 16}, nil)
+	require.NoError(t, err)
+	small, err := h.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{Memory: 512 << 10}})
+	require.NoError(t, err)
+	defer small.Close()
+	_, err = small.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 1 << 20}})
+	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+
+	// No limits set: the defaults are the ceiling.
+	zero, err := g.NewSandbox(nil)
+	require.NoError(t, err)
+	defer zero.Close()
+	res, err = zero.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 2 * sandbox.DefaultMaxOutput}}, "write", strconv.Itoa(sandbox.DefaultMaxOutput+10))
+	require.NoError(t, err)
+	assert.Len(t, res.Stdout, sandbox.DefaultMaxOutput)
+	eff, err := sandbox.Limits{}.Lower(sandbox.Limits{Timeout: time.Hour, Fuel: sandbox.UnlimitedFuel, Memory: 1 << 32, MaxOutput: 1 << 30})
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.Limits{Timeout: sandbox.DefaultTimeout, Fuel: sandbox.DefaultFuel, Memory: sandbox.DefaultMemoryLimit, MaxOutput: sandbox.DefaultMaxOutput}, eff)
+	eff, err = sandbox.Limits{Timeout: -1}.Lower(sandbox.Limits{Timeout: time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, eff.Timeout, "any timeout lowers none")
+
+	for _, bad := range []sandbox.Limits{{Timeout: -1}, {Fuel: -1}, {Memory: -1}, {MaxOutput: -1}} {
+		res, err := s.Exec(ctx, &sandbox.RunOptions{Limits: bad}, "args")
+		assert.Error(t, err, "%+v", bad)
+		assert.Nil(t, res, "%+v", bad)
+	}
 }

@@ -38,7 +38,7 @@ func requireBounded(t *testing.T, res *sandbox.Result, err error, limit int) {
 // (which the guest's code can reach) did.
 func TestSessionOutcomeCappedByTheHost(t *testing.T) {
 	const limit = 1 << 10
-	cfg := &sandbox.Config{MaxOutput: limit}
+	cfg := &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: limit}}
 	ctx := context.Background()
 	s := newSession(t, nil)
 

@@ -85,11 +85,11 @@ func TestBuiltStdlibMount(t *testing.T) {
 	g := testenv.Python(t)
 	ctx := context.Background()
 	for _, p := range []string{"/usr", "/usr/local"} {
-		_, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: p, FS: afero.NewMemMapFs()}}})
+		_, err := g.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: p, FS: afero.NewMemMapFs()}}})
 		require.Error(t, err, p)
 		assert.Contains(t, err.Error(), "reserved")
 	}
-	sb, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: afero.NewMemMapFs()}}})
+	sb, err := g.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: afero.NewMemMapFs()}}})
 	require.NoError(t, err)
 	defer sb.Close()
 	res, err := sb.Run(ctx, `

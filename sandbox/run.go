@@ -20,72 +20,8 @@ import (
 
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/wasi/hostcall"
 )
-
-// Defaults applied when a Config leaves a field zero.
-const (
-	// DefaultTimeout bounds a run's wall time.
-	DefaultTimeout = 30 * time.Second
-	// DefaultMaxOutput bounds how much of each of stdout and stderr is
-	// captured in a Result.
-	DefaultMaxOutput = 1 << 20
-)
-
-// Config describes one run. The zero value (or nil) is a clean room: no
-// arguments beyond the program name, an empty environment, empty stdin,
-// DefaultTimeout, DefaultFuel, DefaultMaxOutput and the guest's memory
-// limit.
-type Config struct {
-	// Args are the program's arguments after its name. For the Python
-	// guest they become sys.argv[1:].
-	Args []string
-	// ScriptName names the code of a one-shot Python run (Guest.Run,
-	// Sandbox.Run) in tracebacks and as sys.argv[0], such as the file it
-	// was read from; empty means "<string>", with sys.argv[0] "-c", as for
-	// python -c. Sessions name each run's code themselves and ignore it.
-	ScriptName string
-	// Env is the guest's whole environment. Keys must not be empty or
-	// contain '=' or NUL.
-	Env map[string]string
-	// Stdin is the guest's standard input; nil means empty. A reader that
-	// can block (a pipe, a network stream) is read on a helper goroutine so
-	// that the deadline can interrupt the guest.
-	Stdin io.Reader
-	// Stdout and Stderr, if set, receive the guest's output as it is
-	// written: exactly the bytes the Result keeps.
-	Stdout, Stderr io.Writer
-
-	// Timeout bounds the run's wall time; 0 means DefaultTimeout and a
-	// negative value means no bound beyond the context's. Time the guest
-	// spends sleeping counts.
-	Timeout time.Duration
-	// Fuel is the run's CPU budget, in WebAssembly instructions executed;
-	// 0 means DefaultFuel and UnlimitedFuel lifts the bound.
-	Fuel int64
-	// Refill, if set, is called when the budget is spent, with the fuel
-	// used so far. The fuel it returns is added to the budget and the guest
-	// goes on where it was; returning 0 ends the run with ErrFuelExhausted.
-	Refill func(used int64) (more int64)
-	// MemoryLimit bounds the guest's linear memory in bytes; 0 means the
-	// guest's Options.MemoryLimit. Growing past it fails inside the guest
-	// (Python raises MemoryError).
-	MemoryLimit int64
-	// MaxOutput bounds how many bytes of each of stdout and stderr are
-	// kept; 0 means DefaultMaxOutput. Past it output is dropped and the
-	// Result says so, or, with StopAtOutputLimit, the run is stopped with
-	// ErrOutputLimit.
-	MaxOutput         int
-	StopAtOutputLimit bool
-
-	// Deterministic makes a run repeatable: the clocks start at
-	// DeterministicEpoch and advance one nanosecond per unit of fuel (plus
-	// the time slept), randomness comes from a generator seeded with Seed,
-	// and PYTHONHASHSEED is 0 unless Env sets it. The same program with the
-	// same input then prints the same output and uses the same fuel.
-	Deterministic bool
-	// Seed seeds the random source in deterministic mode.
-	Seed uint64
-}
 
 // Result is what a run produced. A run that ended early still returns the
 // output written until then and what it used.
@@ -129,7 +65,7 @@ type Result struct {
 	Exception *Exception
 	// HostCalls counts the run's calls of host functions, refused ones
 	// included; HTTPRequests counts the HTTP requests it sent, each
-	// redirect hop included (see SandboxConfig.HostCalls and Network).
+	// redirect hop included (see Config.HostCalls and Network).
 	HostCalls, HTTPRequests int
 }
 
@@ -228,10 +164,11 @@ func (e *TrapError) Error() string { return "sandbox: guest trapped: " + e.Err.E
 func (e *TrapError) Unwrap() error { return e.Err }
 
 // Run runs Python source code in a fresh interpreter, in a fresh sandbox
-// (an in-memory root holding /tmp and /work; see NewSandbox for more), and
-// waits for it to finish. It needs the Python guest.
+// (an in-memory root holding /tmp and /work; see NewSandbox for more)
+// whose Limits are opts.Limits, and waits for it to finish. It needs the
+// Python guest.
 //
-// The Result is nil only when the run did not start (an invalid Config, a
+// The Result is nil only when the run did not start (invalid options, a
 // closed guest, a context already done); otherwise it holds the output,
 // even when the error is not nil.
 //
@@ -240,42 +177,37 @@ func (e *TrapError) Unwrap() error { return e.Err }
 // it as an *Exception, see Session.Run). A run stopped
 // by a limit returns an error matching ErrFuelExhausted, ErrMemoryLimit,
 // ErrOutputLimit, context.DeadlineExceeded or context.Canceled.
-func (g *Guest) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
-	s, err := g.NewSandbox(nil)
+func (g *Guest) Run(ctx context.Context, code string, opts *RunOptions) (*Result, error) {
+	s, o, err := g.oneShot(opts)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	return s.Run(ctx, code, cfg)
+	return s.Run(ctx, code, o)
 }
 
-// Exec runs the guest's _start function with cfg.Args as arguments after
-// the program name, in a fresh sandbox, and waits for it to exit.
-func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
-	s, err := g.NewSandbox(nil)
+// Exec runs the guest's _start function with args after the program name,
+// in a fresh sandbox whose Limits are opts.Limits, and waits for it to
+// exit.
+func (g *Guest) Exec(ctx context.Context, opts *RunOptions, args ...string) (*Result, error) {
+	s, o, err := g.oneShot(opts)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	return s.Exec(ctx, cfg)
+	return s.Exec(ctx, o, args...)
 }
 
-func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink, quotas string) (*Result, error) {
-	if !g.python {
-		return nil, ErrNotPython
+// oneShot makes the sandbox of a one-shot run, whose ceiling is the run's
+// Limits, and the run's options within it.
+func (g *Guest) oneShot(opts *RunOptions) (*Sandbox, *RunOptions, error) {
+	o := *o0(opts)
+	s, err := g.NewSandbox(&Config{Limits: o.Limits})
+	if err != nil {
+		return nil, nil, err
 	}
-	if strings.IndexByte(code, 0) >= 0 {
-		return nil, errors.New("sandbox: source code contains a NUL byte")
-	}
-	if strings.IndexByte(c0(cfg).ScriptName, 0) >= 0 {
-		return nil, errors.New("sandbox: ScriptName contains a NUL byte")
-	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
-	c.Args = append(oneShotArgs(code, c.ScriptName, quotas), c.Args...)
-	return g.exec(ctx, "python", &c, fscfg, sink)
+	o.Limits = Limits{}
+	return s, &o, nil
 }
 
 // startupSource is fumehood's start-up code, run before the code of every
@@ -328,73 +260,71 @@ func oneShotArgs(code, name, quotas string) []string {
 	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
 }
 
-// c0 is cfg, or the zero Config for nil.
-func c0(cfg *Config) *Config {
-	if cfg == nil {
-		return &Config{}
+// exec runs the guest's _start in the sandbox with args after name, as
+// argv, with the sandbox's environment (with python, the one for Python
+// code, which finds the host-call module).
+func (s *Sandbox) exec(ctx context.Context, name string, args []string, opts *RunOptions, python bool) (*Result, error) {
+	o := o0(opts)
+	lim, err := s.limits.Lower(o.Limits)
+	if err != nil {
+		return nil, err
 	}
-	return cfg
-}
-
-func (g *Guest) execConfig(ctx context.Context, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
-	name := "guest"
-	if g.python {
-		name = "python"
-	}
-	return g.exec(ctx, name, &c, fscfg, sink)
-}
-
-func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.FSConfig, sink *errnoSink) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := g.checkConfig(c); err != nil {
-		return nil, err
+	if lim.Memory < s.g.minMemory {
+		// The allocator cannot refuse the first allocation, so such a
+		// module must not start at all.
+		return nil, fmt.Errorf("%w: the guest needs %d bytes of memory to start, the limit is %d", ErrMemoryLimit, s.g.minMemory, lim.Memory)
 	}
-	ctx, cancelDeadline := c.deadline(ctx)
+	budget := lim.Fuel
+	if s.cfg.TotalFuel > 0 {
+		left := s.cfg.TotalFuel - s.fuelUsed
+		if left <= 0 {
+			return &Result{ExitCode: -1, Stop: StopFuel}, fmt.Errorf("sandbox: the sandbox's fuel is spent: %w", ErrFuelExhausted)
+		}
+		budget = min(budget, left)
+	}
+	ctx, cancelDeadline := deadline(ctx, lim.Timeout)
 	defer cancelDeadline()
 
-	r := &runState{ctx: ctx, refill: c.Refill}
-	host, err := beginHost(ctx) // host calls: hostcall.go
+	r := &runState{ctx: ctx, refill: o.Refill}
+	var endHost func() hostcall.Stats
+	if s.host != nil {
+		if endHost, err = s.host.Begin(ctx); err != nil {
+			return nil, err
+		}
+		defer endHost()
+	}
+	env := s.cfg.Env
+	if python {
+		env = s.pyEnv
+	}
+	mc, err := s.g.moduleConfig(ctx, append([]string{name}, args...), env, s.cfg.Deterministic, s.cfg.Seed, o.Stdin, r)
 	if err != nil {
 		return nil, err
 	}
-	defer host.finish(nil)
-	mc, err := g.moduleConfig(ctx, name, c, r)
-	if err != nil {
-		return nil, err
-	}
-	maxOut := c.maxOutput()
-	stdout := &capture{max: maxOut, tee: c.Stdout}
-	stderr := &capture{max: maxOut, tee: c.Stderr}
-	if c.StopAtOutputLimit {
+	stdout := &capture{max: lim.MaxOutput, tee: o.Stdout}
+	stderr := &capture{max: lim.MaxOutput, tee: o.Stderr}
+	if o.StopAtOutputLimit {
 		stdout.stop, stderr.stop = r.stop, r.stop
 	}
-	mc = mc.WithStdout(stdout).WithStderr(stderr)
-	if fscfg != nil {
-		mc = mc.WithFSConfig(fscfg)
-	}
-
-	memLimit := c.MemoryLimit
-	if memLimit == 0 {
-		memLimit = g.memoryLimit
-	}
-	alloc := &memoryAllocator{limit: uint64(memLimit)}
-	budget := c.fuel()
+	mc = mc.WithStdout(stdout).WithStderr(stderr).WithFSConfig(s.fscfg)
+	alloc := &memoryAllocator{limit: uint64(lim.Memory)}
 
 	start := time.Now()
-	runErr := g.start(ctx, mc, r, alloc, budget, sink)
+	runErr := s.g.start(ctx, mc, r, alloc, budget, &s.errno)
 	res := &Result{
 		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated, StdoutBytes: stdout.total,
 		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated, StderrBytes: stderr.total,
 		Duration: time.Since(start),
 		FuelUsed: r.fuelUsed(),
 	}
-	host.finish(res)
+	s.fuelUsed += res.FuelUsed
+	if endHost != nil {
+		st := endHost()
+		res.HostCalls, res.HTTPRequests = st.Calls, st.HTTPRequests
+	}
 	if m := alloc.mem; m != nil {
 		res.PeakMemory = int64(m.peak)
 		res.MemoryLimitHit = m.refused > 0
@@ -402,52 +332,12 @@ func (g *Guest) exec(ctx context.Context, name string, c *Config, fscfg wazero.F
 	return res, classify(res, r, runErr)
 }
 
-// deadline applies the run's Timeout (or DefaultTimeout) to ctx.
-func (c *Config) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	timeout := c.Timeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
+// deadline applies a run's timeout (negative: none) to ctx.
+func deadline(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if timeout < 0 {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, timeout)
-}
-
-// fuel returns the run's fuel budget, DefaultFuel if it sets none.
-func (c *Config) fuel() int64 {
-	if c.Fuel == 0 {
-		return DefaultFuel
-	}
-	return c.Fuel
-}
-
-// maxOutput returns the bound of each captured stream.
-func (c *Config) maxOutput() int {
-	if c.MaxOutput == 0 {
-		return DefaultMaxOutput
-	}
-	return c.MaxOutput
-}
-
-func (g *Guest) checkConfig(c *Config) error {
-	limit := c.MemoryLimit
-	if limit == 0 {
-		limit = g.memoryLimit
-	}
-	switch {
-	case c.MaxOutput < 0:
-		return fmt.Errorf("sandbox: negative MaxOutput %d", c.MaxOutput)
-	case c.Fuel < 0:
-		return fmt.Errorf("sandbox: negative Fuel %d", c.Fuel)
-	case c.MemoryLimit < 0 || c.MemoryLimit > 1<<32:
-		return fmt.Errorf("sandbox: MemoryLimit %d is outside 0 to 4 GiB", c.MemoryLimit)
-	case limit < g.minMemory:
-		// Also with the guest's default limit: the allocator cannot refuse
-		// the first allocation, so such a module must not start at all.
-		return fmt.Errorf("%w: the guest needs %d bytes of memory to start, the limit is %d", ErrMemoryLimit, g.minMemory, limit)
-	}
-	return nil
 }
 
 // start instantiates the guest, arms its fuel and watchdog, and calls _start.
@@ -527,8 +417,7 @@ func classify(res *Result, r *runState, err error) error {
 	return err
 }
 
-func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *runState) (wazero.ModuleConfig, error) {
-	args := append([]string{name}, c.Args...)
+func (g *Guest) moduleConfig(ctx context.Context, args []string, env map[string]string, deterministic bool, seed uint64, stdin io.Reader, r *runState) (wazero.ModuleConfig, error) {
 	for i, a := range args {
 		if strings.IndexByte(a, 0) >= 0 {
 			return nil, fmt.Errorf("sandbox: argument %d contains a NUL byte", i)
@@ -538,10 +427,9 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 		WithName("").
 		WithStartFunctions().
 		WithArgs(args...).
-		WithStdin(newStdin(ctx, c.Stdin)).
+		WithStdin(newStdin(ctx, stdin)).
 		WithOsyield(func() {})
-	env := c.Env
-	if c.Deterministic {
+	if deterministic {
 		if !g.fuel {
 			return nil, errNoFuel
 		}
@@ -549,7 +437,7 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 		mc = mc.WithWalltime(r.walltime, sys.ClockResolution(1)).
 			WithNanotime(r.nanotime, sys.ClockResolution(1)).
 			WithNanosleep(r.sleep).
-			WithRandSource(seededRand(c.Seed))
+			WithRandSource(seededRand(seed))
 		if _, ok := env["PYTHONHASHSEED"]; !ok && g.python {
 			env = withEnv(env, "PYTHONHASHSEED", "0")
 		}
@@ -561,11 +449,7 @@ func (g *Guest) moduleConfig(ctx context.Context, name string, c *Config, r *run
 			WithRandSource(rand.Reader)
 	}
 	for _, k := range sortedKeys(env) {
-		v := env[k]
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: invalid environment variable %q", k)
-		}
-		mc = mc.WithEnv(k, v)
+		mc = mc.WithEnv(k, env[k])
 	}
 	return mc, nil
 }

@@ -72,18 +72,16 @@ func TestPythonSystemExit(t *testing.T) {
 }
 
 func TestPythonStdinArgsEnv(t *testing.T) {
-	py := testenv.Python(t)
-	res, err := py.Run(context.Background(), `
+	s, err := testenv.Python(t).NewSandbox(&sandbox.Config{Env: map[string]string{"GREETING": "hi"}})
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Run(context.Background(), `
 import sys, os
 data = sys.stdin.read()
 print(data.upper(), end="")
 print(sys.argv[1:])
 print(sorted(os.environ.items()))
-`, &sandbox.Config{
-		Stdin: strings.NewReader("line one\nline two\n"),
-		Args:  []string{"a", "b c"},
-		Env:   map[string]string{"GREETING": "hi"},
-	})
+`, &sandbox.RunOptions{Stdin: strings.NewReader("line one\nline two\n")}, "a", "b c")
 	require.NoError(t, err)
 	assert.Equal(t, "LINE ONE\nLINE TWO\n['a', 'b c']\n[('GREETING', 'hi')]\n", string(res.Stdout))
 }
@@ -111,7 +109,7 @@ except Exception:
 
 func TestDeadlineStopsInfiniteLoop(t *testing.T) {
 	py := testenv.Python(t)
-	res, err := py.Run(context.Background(), "print('started')\nwhile True: pass", &sandbox.Config{Timeout: 2 * time.Second})
+	res, err := py.Run(context.Background(), "print('started')\nwhile True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 2 * time.Second}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, -1, res.ExitCode)
 	assert.Equal(t, "started\n", string(res.Stdout), "output before the stop is kept")
@@ -167,7 +165,7 @@ func TestOutputBoundAndStreaming(t *testing.T) {
 	py := testenv.Python(t)
 	var streamed bytes.Buffer
 	res, err := py.Run(context.Background(), "import sys\nsys.stdout.write('x' * 5000)\nprint('done', file=sys.stderr)",
-		&sandbox.Config{MaxOutput: 1000, Stdout: &streamed})
+		&sandbox.RunOptions{Stdout: &streamed, Limits: sandbox.Limits{MaxOutput: 1000}})
 	require.NoError(t, err)
 	assert.Len(t, res.Stdout, 1000)
 	assert.True(t, res.StdoutTruncated)
@@ -180,18 +178,21 @@ func TestRunRejectsBadInput(t *testing.T) {
 	py := testenv.Python(t)
 	_, err := py.Run(context.Background(), "print(1)\x00", nil)
 	assert.Error(t, err)
-	_, err = py.Run(context.Background(), "print(1)", &sandbox.Config{Env: map[string]string{"A=B": "x"}})
+	_, err = py.NewSandbox(&sandbox.Config{Env: map[string]string{"A=B": "x"}})
 	assert.Error(t, err)
-	_, err = py.Run(context.Background(), "print(1)", &sandbox.Config{Args: []string{"nul\x00"}})
+	s, err := py.NewSandbox(nil)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Run(context.Background(), "print(1)", nil, "nul\x00")
 	assert.Error(t, err)
-	_, err = py.Run(context.Background(), "print(1)", &sandbox.Config{MaxOutput: -1})
+	_, err = py.Run(context.Background(), "print(1)", &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: -1}})
 	assert.Error(t, err)
 }
 
 func TestPythonVersionThroughExec(t *testing.T) {
 	py := testenv.Python(t)
 	require.True(t, py.IsPython())
-	res, err := py.Exec(context.Background(), &sandbox.Config{Args: []string{"-c", "import platform; print(platform.python_version())"}})
+	res, err := py.Exec(context.Background(), nil, "-c", "import platform; print(platform.python_version())")
 	require.NoError(t, err)
 	assert.Equal(t, py.Python().Version+"\n", string(res.Stdout))
 }

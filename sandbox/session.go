@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
-	"log/slog"
 	"path"
 	"slices"
 	"strconv"
@@ -32,7 +31,6 @@ import (
 	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/wasi"
 	"github.com/fumehood/fumehood/wasi/hostcall"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 //go:embed driver.py
@@ -89,38 +87,6 @@ func (e *Exception) Error() string {
 	return "python: " + e.Type + ": " + e.Message
 }
 
-// SessionConfig describes a session. The zero value (or nil) is a clean
-// room like a Sandbox's: an in-memory root holding /tmp and /work, an empty
-// environment, the guest's memory limit, and no bound on the fuel of the
-// whole session beyond each run's.
-type SessionConfig struct {
-	// Mounts and RootQuota are as in SandboxConfig. A session's in-memory
-	// root is part of its snapshots; mounted filesystems (volumes) are not.
-	Mounts    []Mount
-	RootQuota wasi.Quota
-	// Env is the interpreter's whole environment (os.environ): nothing of
-	// the base image's shows. At most 4,096 variables and 512 KiB, what a
-	// snapshot holds.
-	Env map[string]string
-	// MemoryLimit bounds the session's linear memory in bytes; 0 means the
-	// guest's Options.MemoryLimit. A run's Config.MemoryLimit cannot raise it.
-	MemoryLimit int64
-	// Fuel bounds the fuel of all the session's runs together; 0 means no
-	// bound beyond each run's Config.Fuel.
-	Fuel int64
-	// Deterministic makes the session repeatable, as Config.Deterministic
-	// does for a run: clocks advance with the fuel used, randomness comes
-	// from Seed. A fork's seed is drawn from its parent's random stream; a
-	// resumed session's stream derives from Seed and its run count.
-	Deterministic bool
-	Seed          uint64
-	// HostCalls, Network and Logger are as in SandboxConfig: host
-	// functions (`import fumehood`) and the network policy, for every run.
-	HostCalls *hostcall.Config
-	Network   *netpolicy.Policy
-	Logger    *slog.Logger
-}
-
 // Session is a live Python interpreter whose state (variables, imports,
 // functions, files in its in-memory root) lasts from one run to the next.
 // It can be snapshotted to bytes and resumed later, in this process or
@@ -145,7 +111,7 @@ type SessionConfig struct {
 // goroutines are serialized. Close it to release its memory.
 type Session struct {
 	g   *Guest
-	cfg SessionConfig
+	cfg Config // the limits resolved are sb.limits
 
 	mu sync.Mutex
 	// stopRun cancels the run in progress, if any, so that Close need not
@@ -393,7 +359,7 @@ func driverArgs() []string { return []string{"python", "-u", "-B", "-c", driverS
 // image for the session's mount layout (taken at the first NewSession of
 // that layout, in about half a second), with a fresh random seed (for the
 // random module and tempfile's names) and exactly cfg.Env as environment.
-func (g *Guest) NewSession(ctx context.Context, cfg *SessionConfig) (*Session, error) {
+func (g *Guest) NewSession(ctx context.Context, cfg *Config) (*Session, error) {
 	s, err := g.prepareSession(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -415,25 +381,16 @@ func (g *Guest) NewSession(ctx context.Context, cfg *SessionConfig) (*Session, e
 //
 // fill, if not nil, fills the in-memory root instead of the usual /tmp and
 // /work.
-func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*Session, error) {
+func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session, error) {
 	if !g.sessions {
 		return nil, ErrNoSessions
 	}
 	if g.isClosed() {
 		return nil, ErrClosed
 	}
-	var c SessionConfig
-	if cfg != nil {
-		c = *cfg
-	}
-	switch {
-	case c.MemoryLimit < 0 || c.MemoryLimit > 1<<32:
-		return nil, fmt.Errorf("sandbox: MemoryLimit %d is outside 0 to 4 GiB", c.MemoryLimit)
-	case c.Fuel < 0:
-		return nil, fmt.Errorf("sandbox: negative Fuel %d", c.Fuel)
-	}
-	if c.MemoryLimit == 0 {
-		c.MemoryLimit = g.memoryLimit
+	c := *c0(cfg)
+	if c.TotalFuel < 0 {
+		return nil, fmt.Errorf("sandbox: negative TotalFuel %d", c.TotalFuel)
 	}
 	if err := checkEnv(c.Env); err != nil {
 		return nil, err
@@ -462,7 +419,7 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 	}
 	ctl := afero.NewMemMapFs()
 	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
-	sb, err := g.newSandbox(&SandboxConfig{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger}, true)
+	sb, err := g.newSandbox(&Config{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger, Limits: c.Limits}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -544,13 +501,13 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 		}
 		mounts = append(mounts, Mount{Path: m.Path, FS: fs, ReadOnly: m.ReadOnly})
 	}
-	sb, err := g.newSandbox(&SandboxConfig{Mounts: mounts}, true)
+	sb, err := g.newSandbox(&Config{Mounts: mounts}, true)
 	if err != nil {
 		return nil, err
 	}
 	var in *instance
 	clock := &sessionClock{in: &in}
-	in, err = g.newInstance(ctx, sb.fscfg, clock, seededRand(0), map[string]string{"PYTHONHASHSEED": "0"}, driverArgs(), uint64(g.memoryLimit), 0)
+	in, err = g.newInstance(ctx, sb.fscfg, clock, seededRand(0), map[string]string{"PYTHONHASHSEED": "0"}, driverArgs(), DefaultMemoryLimit, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -577,7 +534,7 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 // image differs from the memory of a freshly instantiated module.
 func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
 	var in *instance
-	fresh, err := g.newInstance(ctx, wazero.NewFSConfig(), &sessionClock{in: &in}, seededRand(0), nil, driverArgs(), uint64(g.memoryLimit), 0)
+	fresh, err := g.newInstance(ctx, wazero.NewFSConfig(), &sessionClock{in: &in}, seededRand(0), nil, driverArgs(), DefaultMemoryLimit, 0)
 	if err != nil {
 		return err
 	}
@@ -601,7 +558,7 @@ func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
 // *OpenFileError); otherwise it is left closed.
 func (s *Session) instantiate(ctx context.Context, strict bool) error {
 	clock := &sessionClock{s: s, in: &s.inst}
-	in, err := s.g.newInstance(ctx, s.sb.fscfg, clock, s.rand, nil, driverArgs(), uint64(s.cfg.MemoryLimit), s.ckpt.size)
+	in, err := s.g.newInstance(ctx, s.sb.fscfg, clock, s.rand, nil, driverArgs(), uint64(s.sb.limits.Memory), s.ckpt.size)
 	if err != nil {
 		return err
 	}
@@ -649,14 +606,13 @@ type request struct {
 // leave the session as the code left it. A run stopped by a limit returns
 // the limit's error, as Guest.Run does, and rolls the session back.
 //
-// cfg's limits apply to this run; Args, Env, Deterministic and Seed belong
-// to the session and must be left zero. cfg.Stdin, if set, is what the
-// code reads from sys.stdin.
-func (s *Session) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
-	return s.do(ctx, &code, cfg)
+// opts' Limits can only lower the session's. opts.Stdin, if set, is what
+// the code reads from sys.stdin.
+func (s *Session) Run(ctx context.Context, code string, opts *RunOptions) (*Result, error) {
+	return s.do(ctx, &code, opts)
 }
 
-func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Result, _ error) {
+func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (result *Result, _ error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -665,17 +621,12 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
-	if len(c.Args) > 0 || c.Env != nil || c.Deterministic || c.Seed != 0 {
-		return nil, errors.New("sandbox: Args, Env, Deterministic and Seed are set per session (SessionConfig), not per run")
-	}
-	if err := s.g.checkConfig(&c); err != nil {
+	c := o0(opts)
+	lim, err := s.sb.limits.Lower(c.Limits)
+	if err != nil {
 		return nil, err
 	}
-	ctx, cancelDeadline := c.deadline(ctx)
+	ctx, cancelDeadline := deadline(ctx, lim.Timeout)
 	defer cancelDeadline()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -687,19 +638,16 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		s.stopRun = nil
 		s.stopMu.Unlock()
 	}()
-	budget := c.fuel()
-	if s.cfg.Fuel > 0 {
-		left := s.cfg.Fuel - s.fuel
+	budget := lim.Fuel
+	if s.cfg.TotalFuel > 0 {
+		left := s.cfg.TotalFuel - s.fuel
 		if left <= 0 {
 			return &Result{ExitCode: -1, Stop: StopFuel}, fmt.Errorf("sandbox: the session's fuel is spent: %w", ErrFuelExhausted)
 		}
 		budget = min(budget, left)
 	}
-	memLimit := uint64(s.cfg.MemoryLimit)
-	if c.MemoryLimit > 0 {
-		memLimit = min(memLimit, uint64(c.MemoryLimit))
-	}
-	maxOut := c.maxOutput()
+	memLimit := uint64(lim.Memory)
+	maxOut := lim.MaxOutput
 
 	r := &runState{ctx: ctx, refill: c.Refill}
 	// Deterministic clocks go on from where the session's last run left them.

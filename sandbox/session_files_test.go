@@ -54,8 +54,8 @@ vol.flush()
 `).Value
 }
 
-func volumeConfig(vol afero.Fs) *sandbox.SessionConfig {
-	return &sandbox.SessionConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: vol}}}
+func volumeConfig(vol afero.Fs) *sandbox.Config {
+	return &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol}}}
 }
 
 func TestSessionOpenFilesSnapshotResume(t *testing.T) {
@@ -150,9 +150,9 @@ func TestSessionResumeMissingVolumeFile(t *testing.T) {
 func TestSessionStopWithOpenFileRollsBack(t *testing.T) {
 	s := newSession(t, nil)
 	run(t, s, "import sqlite3\ndb = sqlite3.connect('/work/a.db')\ndb.execute('create table t (v)')\ndb.commit()\nf = open('/tmp/held', 'w+')\nf.write('ab')\nf.flush()\nx = 1")
-	for name, cfg := range map[string]*sandbox.Config{
-		"deadline": {Timeout: 100 * time.Millisecond},
-		"fuel":     {Fuel: 50_000_000},
+	for name, cfg := range map[string]*sandbox.RunOptions{
+		"deadline": {Limits: sandbox.Limits{Timeout: 100 * time.Millisecond}},
+		"fuel":     {Limits: sandbox.Limits{Fuel: 50_000_000}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.Run(context.Background(), "x = 2\nf.write('zz')\nf.flush()\nwhile True: pass", cfg)
@@ -219,7 +219,7 @@ func TestSessionOpenFileRenamed(t *testing.T) {
 func TestSessionStopAfterDeletingHeldFile(t *testing.T) {
 	s := newSession(t, nil)
 	run(t, s, "import os\nf = open('/work/x.txt', 'w')\ng = open('/work/y.txt', 'w')\nx = 1")
-	_, err := s.Run(context.Background(), "x = 2\nos.remove('/work/x.txt')\nwhile True: pass", &sandbox.Config{Timeout: 100 * time.Millisecond})
+	_, err := s.Run(context.Background(), "x = 2\nos.remove('/work/x.txt')\nwhile True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 100 * time.Millisecond}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, "(1, 'EBADF', 2)", run(t, s, "import errno\ntry:\n    f.write('a'); f.flush(); e = None\nexcept OSError as ex:\n    e = errno.errorcode[ex.errno]\n(x, e, g.write('ok'))").Value)
 	require.NoError(t, s.Snapshot(&bytes.Buffer{}), "the closed descriptor is not carried")

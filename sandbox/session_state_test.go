@@ -31,7 +31,7 @@ func TestSessionEnvIsTheCallers(t *testing.T) {
 		"one":   {map[string]string{"A": "1"}, "({'A': '1'}, {b'A': b'1'}, None)"},
 		"own":   {map[string]string{"PYTHONHASHSEED": "5"}, "({'PYTHONHASHSEED': '5'}, {b'PYTHONHASHSEED': b'5'}, '5')"},
 	} {
-		s := newSession(t, &sandbox.SessionConfig{Env: tc.env})
+		s := newSession(t, &sandbox.Config{Env: tc.env})
 		assert.Equal(t, tc.want, run(t, s, code).Value, name)
 		// Forks and resumed sessions keep it.
 		f, err := s.Fork(context.Background())
@@ -92,7 +92,7 @@ func assertAllDiffer(t *testing.T, values ...string) {
 // the same session forked the same way gives the same values. A snapshot
 // resumed twice gives the same values twice.
 func TestSessionDeterministicForks(t *testing.T) {
-	cfg := &sandbox.SessionConfig{Deterministic: true, Seed: 3}
+	cfg := &sandbox.Config{Deterministic: true, Seed: 3}
 	forks := func() (string, string, string) {
 		s := newSession(t, cfg)
 		run(t, s, randomState)
@@ -138,7 +138,7 @@ func TestResumeRefusesHugeHeader(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err := g.ResumeSession(context.Background(), bytes.NewReader(data), &sandbox.SessionConfig{MemoryLimit: 1 << 32})
+	_, err := g.ResumeSession(context.Background(), bytes.NewReader(data), &sandbox.Config{Limits: sandbox.Limits{Memory: 1 << 32}})
 	runtime.ReadMemStats(&after)
 	require.ErrorIs(t, err, sandbox.ErrSnapshotCorrupt)
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated")
@@ -152,12 +152,12 @@ func TestSessionEnvBounds(t *testing.T) {
 	for i := range 5000 {
 		many[fmt.Sprintf("V%d", i)] = "x"
 	}
-	_, err := g.NewSession(context.Background(), &sandbox.SessionConfig{Env: many})
+	_, err := g.NewSession(context.Background(), &sandbox.Config{Env: many})
 	assert.ErrorContains(t, err, "environment of 5000 variables")
-	_, err = g.NewSession(context.Background(), &sandbox.SessionConfig{Env: map[string]string{"BIG": strings.Repeat("x", 1<<20)}})
+	_, err = g.NewSession(context.Background(), &sandbox.Config{Env: map[string]string{"BIG": strings.Repeat("x", 1<<20)}})
 	assert.ErrorContains(t, err, "environment of 1 variables")
 
-	s := newSession(t, &sandbox.SessionConfig{Env: map[string]string{"A": "1"}})
+	s := newSession(t, &sandbox.Config{Env: map[string]string{"A": "1"}})
 	run(t, s, "x = 1")
 	bad := rewriteHeader(t, snapshotOf(t, s), func(h string) string {
 		return strings.Replace(h, `"env":{"A":"1"}`, `"env":{"A=B":"1"}`, 1)

@@ -28,13 +28,13 @@ var (
 	// ErrSnapshotCorrupt reports a truncated or damaged snapshot.
 	ErrSnapshotCorrupt = snapshot.ErrCorrupt
 	// ErrSnapshotTooLarge reports a snapshot that needs more memory, or
-	// more file space in its in-memory root, than the SessionConfig allows.
+	// more file space in its in-memory root, than the Config allows.
 	ErrSnapshotTooLarge = snapshot.ErrLimit
 	// ErrSnapshotGuest reports a snapshot taken with another guest build
 	// (or another version of the session driver).
 	ErrSnapshotGuest = errors.New("snapshot is from another guest build")
 	// ErrSnapshotLayout reports a snapshot whose mount layout differs from
-	// the SessionConfig's: the interpreter recorded its directories at
+	// the Config's: the interpreter recorded its directories at
 	// start-up, so the same paths must be mounted, read-only or not alike.
 	ErrSnapshotLayout = errors.New("snapshot mount layout does not match")
 )
@@ -192,18 +192,16 @@ func writeTree(root afero.Fs, files []snapshot.File) error {
 // one that cannot be (a volume's file that is gone) is an *OpenFileError,
 // matching ErrOpenFiles. Snapshots of format version 1 (before open files
 // were carried) still resume.
-func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *SessionConfig) (*Session, error) {
+func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*Session, error) {
 	if !g.sessions {
 		return nil, ErrNoSessions
 	}
-	var c SessionConfig
-	if cfg != nil {
-		c = *cfg
+	c := *c0(cfg)
+	limits, err := c.Limits.resolve()
+	if err != nil {
+		return nil, err
 	}
-	lim := snapshot.Limits{MaxMemory: uint64(c.MemoryLimit), MaxFileBytes: c.RootQuota.MaxBytes, MaxFiles: c.RootQuota.MaxFiles}
-	if lim.MaxMemory == 0 {
-		lim.MaxMemory = uint64(g.memoryLimit)
-	}
+	lim := snapshot.Limits{MaxMemory: uint64(limits.Memory), MaxFileBytes: c.RootQuota.MaxBytes, MaxFiles: c.RootQuota.MaxFiles}
 	if c.RootQuota.MaxBytes == 0 && c.RootQuota.MaxFiles == 0 {
 		lim.MaxFileBytes, lim.MaxFiles = DefaultRootQuota.MaxBytes, DefaultRootQuota.MaxFiles
 	}

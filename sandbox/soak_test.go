@@ -92,27 +92,27 @@ func TestSoakOneShot(t *testing.T) {
 		var res *sandbox.Result
 		switch i % 6 {
 		case 0:
-			res, err = g.Exec(ctx, &sandbox.Config{Args: []string{"args", strconv.Itoa(i)}})
+			res, err = g.Exec(ctx, nil, "args", strconv.Itoa(i))
 			require.NoError(t, err)
 			require.Equal(t, strconv.Itoa(i)+"\n", string(res.Stdout))
 		case 1:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"exit", "3"}})
+			_, err = g.Exec(ctx, nil, "exit", "3")
 			var exit *sandbox.ExitError
 			require.ErrorAs(t, err, &exit)
 		case 2:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"spin"}, Fuel: 5_000_000})
+			_, err = g.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 5_000_000}}, "spin")
 			require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 		case 3:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"spin"}, Timeout: time.Millisecond, Fuel: sandbox.UnlimitedFuel})
+			_, err = g.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: time.Millisecond, Fuel: sandbox.UnlimitedFuel}}, "spin")
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 		case 4:
-			_, err = g.Exec(ctx, &sandbox.Config{Args: []string{"write", "5000"}, MaxOutput: 100, StopAtOutputLimit: true})
+			_, err = g.Exec(ctx, &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{MaxOutput: 100}}, "write", "5000")
 			require.ErrorIs(t, err, sandbox.ErrOutputLimit)
 		case 5:
 			s, err := g.NewSandbox(nil)
 			require.NoError(t, err)
 			require.NoError(t, s.WriteFile("/work/in", []byte("x")))
-			res, err = s.Exec(ctx, &sandbox.Config{Args: []string{"ls", "/work"}, Stdin: io.MultiReader(strings.NewReader("a"))})
+			res, err = s.Exec(ctx, &sandbox.RunOptions{Stdin: io.MultiReader(strings.NewReader("a"))}, "ls", "/work")
 			require.NoError(t, err)
 			require.Equal(t, "in\n", string(res.Stdout))
 			s.Close()
@@ -154,7 +154,7 @@ func TestSoakSessions(t *testing.T) {
 			var exit *sandbox.ExitError
 			require.ErrorAs(t, err, &exit)
 		case 7:
-			_, err := s.Run(ctx, "n = -1\nwhile True: pass", &sandbox.Config{Fuel: 20_000_000})
+			_, err := s.Run(ctx, "n = -1\nwhile True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 20_000_000}})
 			require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 		case 8:
 			f, err := s.Fork(ctx)
@@ -191,7 +191,9 @@ func TestConcurrentSandboxes(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			errs[i] = func() error {
-				s, err := g.NewSandbox(nil)
+				// No deadline: 100 runs at once on a slow machine under
+				// -race can take longer than the default.
+				s, err := g.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{Timeout: -1}})
 				if err != nil {
 					return err
 				}
@@ -201,18 +203,16 @@ func TestConcurrentSandboxes(t *testing.T) {
 					return err
 				}
 				for run := range 3 {
-					// No deadline: 100 runs at once on a slow machine under
-					// -race can take longer than the default.
-					cfg := &sandbox.Config{Args: []string{"ls", "/work"}, Timeout: -1}
+					cfg, args := &sandbox.RunOptions{}, []string{"ls", "/work"}
 					if i%10 == 0 && run == 1 { // some runs are stopped meanwhile
-						cfg = &sandbox.Config{Args: []string{"spin"}, Fuel: 20_000_000, Timeout: -1}
+						cfg, args = &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 20_000_000}}, []string{"spin"}
 					}
-					res, err := s.Exec(ctx, cfg)
+					res, err := s.Exec(ctx, cfg, args...)
 					switch {
-					case cfg.Fuel != 0 && !assert.ErrorIs(t, err, sandbox.ErrFuelExhausted):
-					case cfg.Fuel == 0 && err != nil:
+					case cfg.Limits.Fuel != 0 && !assert.ErrorIs(t, err, sandbox.ErrFuelExhausted):
+					case cfg.Limits.Fuel == 0 && err != nil:
 						return err
-					case cfg.Fuel == 0 && string(res.Stdout) != mine+"\n":
+					case cfg.Limits.Fuel == 0 && string(res.Stdout) != mine+"\n":
 						return fmt.Errorf("sandbox %d sees %q", i, res.Stdout)
 					}
 				}

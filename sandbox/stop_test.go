@@ -26,7 +26,7 @@ func TestResultStopOneShot(t *testing.T) {
 		name   string
 		cancel bool // cancel the context after a moment
 		code   string
-		cfg    *sandbox.Config
+		cfg    *sandbox.RunOptions
 		stop   sandbox.StopReason
 		err    error // the error the run matches; nil for none
 		exit   int
@@ -34,11 +34,11 @@ func TestResultStopOneShot(t *testing.T) {
 		{"exit 0", false, "print('hi')", nil, sandbox.StopExit, nil, 0},
 		{"exit 3", false, "import sys\nsys.exit(3)", nil, sandbox.StopExit, &sandbox.ExitError{Code: 3}, 3},
 		{"exception", false, "1/0", nil, sandbox.StopExit, &sandbox.ExitError{Code: 1}, 1},
-		{"fuel", false, "while True: pass", &sandbox.Config{Fuel: 50_000_000}, sandbox.StopFuel, sandbox.ErrFuelExhausted, -1},
-		{"deadline", false, "while True: pass", &sandbox.Config{Timeout: 200 * time.Millisecond}, sandbox.StopDeadline, context.DeadlineExceeded, -1},
+		{"fuel", false, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 50_000_000}}, sandbox.StopFuel, sandbox.ErrFuelExhausted, -1},
+		{"deadline", false, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 200 * time.Millisecond}}, sandbox.StopDeadline, context.DeadlineExceeded, -1},
 		{"canceled", true, "while True: pass", nil, sandbox.StopCanceled, context.Canceled, -1},
-		{"memory", false, "x = bytearray(2**30)", &sandbox.Config{MemoryLimit: 64 << 20}, sandbox.StopMemory, sandbox.ErrMemoryLimit, 1},
-		{"output", false, "while True: print('spam')", &sandbox.Config{MaxOutput: 1000, StopAtOutputLimit: true}, sandbox.StopOutput, sandbox.ErrOutputLimit, -1},
+		{"memory", false, "x = bytearray(2**30)", &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}}, sandbox.StopMemory, sandbox.ErrMemoryLimit, 1},
+		{"output", false, "while True: print('spam')", &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{MaxOutput: 1000}}, sandbox.StopOutput, sandbox.ErrOutputLimit, -1},
 		// The CLI's status and words for a deadline, from the guest.
 		{"fake deadline", false, fakeDeadline, nil, sandbox.StopExit, &sandbox.ExitError{Code: 124}, 124},
 		// wazero's exit codes for a closed context, through proc_exit.
@@ -86,12 +86,12 @@ func TestResultStopOneShot(t *testing.T) {
 
 // TestResultStopSession checks Result.Stop for session runs.
 func TestResultStopSession(t *testing.T) {
-	s := newSession(t, &sandbox.SessionConfig{Fuel: 2_000_000_000})
+	s := newSession(t, &sandbox.Config{TotalFuel: 2_000_000_000})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
 		code string
-		cfg  *sandbox.Config
+		cfg  *sandbox.RunOptions
 		stop sandbox.StopReason
 		exit int
 	}{
@@ -100,9 +100,9 @@ func TestResultStopSession(t *testing.T) {
 		{"sys.exit", "import sys\nsys.exit(5)", nil, sandbox.StopExit, 5},
 		{"fake deadline", fakeDeadline, nil, sandbox.StopExit, 124},
 		{"fake wazero cancel", "import os\nos._exit(-1)", nil, sandbox.StopExit, 0xffffffff},
-		{"fuel", "while True: pass", &sandbox.Config{Fuel: 50_000_000}, sandbox.StopFuel, -1},
-		{"deadline", "while True: pass", &sandbox.Config{Timeout: 200 * time.Millisecond}, sandbox.StopDeadline, -1},
-		{"output", "while True: print('spam')", &sandbox.Config{MaxOutput: 1000, StopAtOutputLimit: true}, sandbox.StopOutput, -1},
+		{"fuel", "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 50_000_000}}, sandbox.StopFuel, -1},
+		{"deadline", "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 200 * time.Millisecond}}, sandbox.StopDeadline, -1},
+		{"output", "while True: print('spam')", &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{MaxOutput: 1000}}, sandbox.StopOutput, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := s.Run(ctx, tc.code, tc.cfg)

@@ -92,8 +92,8 @@ type suiteOutcome struct {
 
 func runSuiteCase(t *testing.T, g *Guest, c suiteCase, fsys string) suiteOutcome {
 	ctx := context.Background()
-	cfg := &Config{Args: c.spec.Args, Env: c.spec.Env, Timeout: 20 * time.Second}
-	var fscfg wazero.FSConfig
+	cfg := &Config{Env: c.spec.Env, Limits: Limits{Timeout: 20 * time.Second}}
+	fscfg := wazero.NewFSConfig()
 	var sb *Sandbox
 	if c.spec.Root != "" {
 		src := filepath.Join(filepath.Dir(c.wasm), c.spec.Root)
@@ -106,25 +106,27 @@ func runSuiteCase(t *testing.T, g *Guest, c suiteCase, fsys string) suiteOutcome
 			mem := afero.NewMemMapFs()
 			copyDir(t, src, mem)
 			var err error
-			sb, err = g.NewSandbox(&SandboxConfig{Mounts: []Mount{{Path: "/", FS: mem}}})
+			cfg.Mounts = []Mount{{Path: "/", FS: mem}}
+			sb, err = g.NewSandbox(cfg)
 			require.NoError(t, err)
 		case "hostdir":
 			dir := t.TempDir()
 			require.NoError(t, os.CopyFS(dir, os.DirFS(src)))
 			host, err := HostDir(dir)
 			require.NoError(t, err)
-			sb, err = g.NewSandbox(&SandboxConfig{Mounts: []Mount{{Path: "/", FS: host}}})
+			cfg.Mounts = []Mount{{Path: "/", FS: host}}
+			sb, err = g.NewSandbox(cfg)
 			require.NoError(t, err)
 		}
 	}
-	if sb != nil {
-		fscfg = sb.fscfg
+	if sb == nil {
+		// No mounts at all, or wazero's own directory mount.
+		var err error
+		sb, err = g.NewSandbox(cfg)
+		require.NoError(t, err)
+		sb.fscfg = fscfg
 	}
-	var sink *errnoSink
-	if sb != nil {
-		sink = &sb.errno
-	}
-	res, err := g.execConfig(ctx, cfg, fscfg, sink)
+	res, err := sb.Exec(ctx, nil, c.spec.Args...)
 	if res == nil {
 		return suiteOutcome{why: err.Error()}
 	}

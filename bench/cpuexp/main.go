@@ -248,7 +248,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		return func(ctx context.Context, code string) (string, float64, error) {
 			var res *sandbox.Result
 			c, err := threadCPU(func() (err error) {
-				res, err = g.Run(ctx, code, &sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1})
+				res, err = g.Run(ctx, code, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: -1}})
 				return err
 			})
 			if err != nil {
@@ -278,8 +278,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		var scfg *sandbox.SandboxConfig
-		cfg := sandbox.Config{Fuel: sandbox.UnlimitedFuel, Timeout: -1}
+		scfg := &sandbox.Config{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: -1}}
 		if kind == "built" {
 			// The built guest's standard library, read-only at /usr, one
 			// copy for every sandbox.
@@ -287,7 +286,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			if err != nil {
 				return nil, nil, err
 			}
-			scfg = &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}}
+			scfg.Mounts = []sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}
 		}
 		if kind == "fuelfs" {
 			// The sandbox's root is its own; the build's tree goes at /py,
@@ -296,15 +295,15 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			if err != nil {
 				return nil, nil, err
 			}
-			scfg = &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/py", FS: pyFs, ReadOnly: true}}}
-			cfg.Env = map[string]string{}
+			scfg.Mounts = []sandbox.Mount{{Path: "/py", FS: pyFs, ReadOnly: true}}
+			scfg.Env = map[string]string{}
 			for _, kv := range env {
 				k, v, _ := strings.Cut(kv, "=")
 				parts := strings.Split(v, ":")
 				for i := range parts {
 					parts[i] = "/py" + parts[i]
 				}
-				cfg.Env[k] = strings.Join(parts, ":")
+				scfg.Env[k] = strings.Join(parts, ":")
 			}
 		}
 		return func(ctx context.Context, code string) (string, float64, error) {
@@ -315,9 +314,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 					return err
 				}
 				defer sb.Close()
-				cfg := cfg
-				cfg.Args = []string{"-u", "-B", "-c", code}
-				res, err = sb.Exec(ctx, &cfg)
+				res, err = sb.Exec(ctx, nil, "-u", "-B", "-c", code)
 				return err
 			})
 			if err != nil {

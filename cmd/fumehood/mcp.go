@@ -55,10 +55,10 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if fs.NArg() > 0 {
 		return &usageError{"mcp takes no arguments"}
 	}
-	opts := &mcpserver.Options{Timeout: *timeout, Fuel: *fuel, Network: network.policy(), Mounts: mounts,
+	opts := &mcpserver.Options{Limits: sandbox.Limits{Timeout: *timeout, Fuel: *fuel}, Network: network.policy(), Mounts: mounts,
 		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions, MaxRuns: *maxRuns}
 	if *timeout == 0 {
-		opts.Timeout = -1
+		opts.Limits.Timeout = -1
 	}
 	if *fuel < 0 || *maxSessions <= 0 || *maxRuns < 0 || *idle < 0 {
 		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions must be positive"}
@@ -68,14 +68,14 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if err != nil {
 			return &usageError{err.Error()}
 		}
-		opts.MemoryLimit = n
+		opts.Limits.Memory = n
 	}
 	if *maxOutput != "" {
 		n, err := sandbox.ParseSize(*maxOutput)
 		if err != nil || n <= 0 || n > math.MaxInt32 {
 			return &usageError{fmt.Sprintf("invalid --max-output %q", *maxOutput)}
 		}
-		opts.MaxOutput = int(n)
+		opts.Limits.MaxOutput = int(n)
 	}
 	if *budget != "" {
 		n, err := sandbox.ParseSize(*budget)

@@ -37,7 +37,7 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if fs.NArg() > 0 {
 		return 0, &usageError{"repl takes no arguments"}
 	}
-	cfg, err := c.config(stdout, stderr)
+	cfg, lim, err := c.config(stdout, stderr)
 	if err != nil {
 		return 0, err
 	}
@@ -46,9 +46,7 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return 0, err
 	}
 	defer py.Close(context.WithoutCancel(ctx))
-	memory := cfg.MemoryLimit
-	cfg.MemoryLimit = 0
-	s, err := c.openSession(ctx, py, memory)
+	s, err := c.openSession(ctx, py, lim)
 	if err != nil {
 		return 0, err
 	}

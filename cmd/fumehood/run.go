@@ -142,33 +142,32 @@ func (c *common) register(fs *flag.FlagSet) {
 	})
 }
 
-// config returns the limits of one run.
-func (c *common) config(stdout, stderr io.Writer) (*sandbox.Config, error) {
-	cfg := &sandbox.Config{
-		Stdout: stdout, Stderr: stderr, Timeout: *c.timeout,
-		Fuel: *c.fuel, StopAtOutputLimit: true,
-	}
+// config returns the options of one run and the limits of the sandbox or
+// session it runs in.
+func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.Limits, error) {
+	cfg := &sandbox.RunOptions{Stdout: stdout, Stderr: stderr, StopAtOutputLimit: true}
+	lim := sandbox.Limits{Timeout: *c.timeout, Fuel: *c.fuel}
 	if *c.timeout == 0 {
-		cfg.Timeout = -1 // --timeout 0: no limit
+		lim.Timeout = -1 // --timeout 0: no limit
 	}
 	if *c.fuel < 0 {
-		return nil, &usageError{"--fuel must not be negative"}
+		return nil, lim, &usageError{"--fuel must not be negative"}
 	}
 	if *c.memory != "" {
 		n, err := sandbox.ParseSize(*c.memory)
 		if err != nil {
-			return nil, &usageError{err.Error()}
+			return nil, lim, &usageError{err.Error()}
 		}
-		cfg.MemoryLimit = n
+		lim.Memory = n
 	}
 	if *c.maxOutput != "" {
 		n, err := sandbox.ParseSize(*c.maxOutput)
 		if err != nil || n <= 0 || n > math.MaxInt32 {
-			return nil, &usageError{fmt.Sprintf("invalid --max-output %q", *c.maxOutput)}
+			return nil, lim, &usageError{fmt.Sprintf("invalid --max-output %q", *c.maxOutput)}
 		}
-		cfg.MaxOutput = int(n)
+		lim.MaxOutput = int(n)
 	}
-	return cfg, nil
+	return cfg, lim, nil
 }
 
 // compile compiles the Python guest (its session build if sessions is
@@ -207,8 +206,8 @@ func (c *common) copyFiles(sb *sandbox.Sandbox) error {
 }
 
 // openSession starts a session, or resumes the one saved with --resume.
-func (c *common) openSession(ctx context.Context, py *sandbox.Guest, memory int64) (*sandbox.Session, error) {
-	cfg := &sandbox.SessionConfig{Mounts: c.mounts, MemoryLimit: memory, Env: c.env,
+func (c *common) openSession(ctx context.Context, py *sandbox.Guest, lim sandbox.Limits) (*sandbox.Session, error) {
+	cfg := &sandbox.Config{Mounts: c.mounts, Env: c.env, Limits: lim,
 		Deterministic: *c.deterministic, Seed: *c.seed, Network: c.network.policy(), Logger: quietLogger}
 	var s *sandbox.Session
 	var err error
@@ -255,11 +254,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	codeSet := false
 	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
 
-	cfg, err := c.config(stdout, stderr)
+	cfg, lim, err := c.config(stdout, stderr)
 	if err != nil {
 		return 0, err
 	}
-	var src string
+	var src, name string
 	var progArgs []string
 	switch {
 	case codeSet:
@@ -283,7 +282,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		src = string(b)
 		progArgs = rest[1:]
 		cfg.Stdin = stdin
-		cfg.ScriptName = rest[0] // sys.argv[0] and the tracebacks' file name
+		name = rest[0] // sys.argv[0] and the tracebacks' file name
 	}
 
 	sessions := *c.resume != "" || *c.snapshot != ""
@@ -298,9 +297,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 
 	var res *sandbox.Result
 	if sessions {
-		memory := cfg.MemoryLimit
-		cfg.MemoryLimit = 0
-		s, err := c.openSession(ctx, py, memory)
+		s, err := c.openSession(ctx, py, lim)
 		if err != nil {
 			return 0, err
 		}
@@ -324,9 +321,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return exitStatus(res, err)
 	}
 
-	cfg.Args, cfg.Env = progArgs, c.env
-	cfg.Deterministic, cfg.Seed = *c.deterministic, *c.seed
-	sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: c.mounts, Network: c.network.policy(), Logger: quietLogger})
+	sb, err := py.NewSandbox(&sandbox.Config{Mounts: c.mounts, Env: c.env, Limits: lim,
+		Deterministic: *c.deterministic, Seed: *c.seed, Network: c.network.policy(), Logger: quietLogger})
 	if err != nil {
 		return 0, err
 	}
@@ -334,7 +330,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := c.copyFiles(sb); err != nil {
 		return 0, err
 	}
-	res, err = sb.Run(ctx, src, cfg)
+	res, err = sb.RunScript(ctx, name, src, cfg, progArgs...)
 	if *stats && res != nil {
 		writeStats(stderr, res, err)
 	}

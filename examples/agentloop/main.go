@@ -114,7 +114,7 @@ func run(ctx context.Context, w io.Writer) error {
 
 	fmt.Fprintf(w, "user: %s\n", task)
 	// Each attempt is untrusted code: give it a small budget.
-	limits := &sandbox.Config{Timeout: 5 * time.Second, Fuel: 2_000_000_000, MaxOutput: 16 << 10}
+	limits := &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 5 * time.Second, Fuel: 2_000_000_000, MaxOutput: 16 << 10}}
 	m := &model{}
 	feedback := ""
 	for {

@@ -99,7 +99,7 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 	defer sb.Close()
 
-	res, err := sb.Run(ctx, program, &sandbox.Config{Timeout: 10 * time.Second})
+	res, err := sb.Run(ctx, program, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 10 * time.Second}})
 	if err != nil && res != nil {
 		err = fmt.Errorf("%w\n%s", err, res.Stderr) // res is nil if the run never started
 	}
@@ -113,7 +113,7 @@ func run(ctx context.Context, w io.Writer) error {
 
 // newSandbox makes a sandbox whose code may call price.
 func newSandbox(py *sandbox.Guest) (*sandbox.Sandbox, error) {
-	return py.NewSandbox(&sandbox.SandboxConfig{
+	return py.NewSandbox(&sandbox.Config{
 		HostCalls: &hostcall.Config{
 			// The only functions the guest can call, by these names.
 			Funcs: map[string]hostcall.Handler{"price": hostcall.Func(price)},

@@ -31,8 +31,8 @@ func run(ctx context.Context, w io.Writer) error {
 
 	// 1. A budget too small for the job, topped up three times by the host.
 	grants := 0
-	res, err := py.Run(ctx, "print(sum(i * i for i in range(200_000)))", &sandbox.Config{
-		Fuel: 500_000_000,
+	res, err := py.Run(ctx, "print(sum(i * i for i in range(200_000)))", &sandbox.RunOptions{
+		Limits: sandbox.Limits{Fuel: 500_000_000},
 		Refill: func(used int64) int64 {
 			if grants == 5 {
 				return 0 // no more: the run ends with ErrFuelExhausted
@@ -51,14 +51,14 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 
 	// 2. An endless loop, stopped by the deadline.
-	res, err = py.Run(ctx, "while True: pass", &sandbox.Config{Timeout: 200 * time.Millisecond})
+	res, err = py.Run(ctx, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 200 * time.Millisecond}})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("want a deadline, got %v", err)
 	}
 	fmt.Fprintf(w, "deadline: stopped, exit code %d\n", res.ExitCode)
 
 	// 3. A memory bomb, refused inside the guest.
-	res, err = py.Run(ctx, "x = bytearray(512 * 2**20)", &sandbox.Config{MemoryLimit: 64 << 20})
+	res, err = py.Run(ctx, "x = bytearray(512 * 2**20)", &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}})
 	if !errors.Is(err, sandbox.ErrMemoryLimit) {
 		return fmt.Errorf("want the memory limit, got %v", err)
 	}

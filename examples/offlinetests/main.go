@@ -76,9 +76,7 @@ var harness string
 // work done and randomness has a fixed seed, so a flaky function fails the
 // same way every time, and the fuel used is the same on every machine.
 var limits = sandbox.Config{
-	Timeout:       10 * time.Second,
-	Fuel:          2_000_000_000,
-	MemoryLimit:   128 << 20,
+	Limits:        sandbox.Limits{Timeout: 10 * time.Second, Fuel: 2_000_000_000, Memory: 128 << 20},
 	Deterministic: true,
 	Seed:          1,
 }
@@ -88,7 +86,7 @@ var limits = sandbox.Config{
 // error means the code could not be checked at all: it does not compile,
 // it lacks the function, or it ran out of a limit.
 func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []Case) ([]Outcome, error) {
-	sb, err := py.NewSandbox(nil)
+	sb, err := py.NewSandbox(&limits)
 	if err != nil {
 		return nil, err
 	}
@@ -104,10 +102,7 @@ func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []
 	if err != nil {
 		return nil, err
 	}
-	cfg := limits
-	cfg.Args = []string{name}
-	cfg.Stdin = bytes.NewReader(input)
-	res, err := sb.Run(ctx, harness, &cfg)
+	res, err := sb.Run(ctx, harness, &sandbox.RunOptions{Stdin: bytes.NewReader(input)}, name)
 	if err != nil && res != nil {
 		err = fmt.Errorf("%w\n%s", err, res.Stderr) // res is nil if the run never started
 	}

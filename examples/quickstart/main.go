@@ -36,7 +36,7 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 	defer py.Close(ctx)
 
-	res, err := py.Run(ctx, program, &sandbox.Config{Timeout: 10 * time.Second})
+	res, err := py.Run(ctx, program, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 10 * time.Second}})
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
 		return fmt.Errorf("the program failed with status %d:\n%s", exit.Code, res.Stderr)

@@ -52,17 +52,16 @@ type runResponse struct {
 // shared, and each request gets its own sandbox.
 type handler struct {
 	py     *sandbox.Guest
-	limits sandbox.Config // the most any request gets
+	limits sandbox.Limits // the most any request gets
 }
 
 // defaultLimits bound every request: well under the library's defaults, as
 // suits a public endpoint.
-var defaultLimits = sandbox.Config{
-	Timeout:           10 * time.Second,
-	Fuel:              2_000_000_000, // about 0.2-0.4 s of CPU; starting Python takes a quarter of it
-	MemoryLimit:       64 << 20,
-	MaxOutput:         64 << 10,
-	StopAtOutputLimit: true, // a flood of output ends the run instead of being dropped
+var defaultLimits = sandbox.Limits{
+	Timeout:   10 * time.Second,
+	Fuel:      2_000_000_000, // about 0.2-0.4 s of CPU; starting Python takes a quarter of it
+	Memory:    64 << 20,
+	MaxOutput: 64 << 10,
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -76,7 +75,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// A fresh sandbox: an empty in-memory filesystem that nothing else sees,
 	// discarded when the request ends.
-	sb, err := h.py.NewSandbox(nil)
+	sb, err := h.py.NewSandbox(&sandbox.Config{Limits: h.limits})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -89,12 +88,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	limits := h.limits // a copy, this request's own
-	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 && t < limits.Timeout {
-		limits.Timeout = t
+	// A flood of output ends the run instead of being dropped. The
+	// request's timeout can only lower the sandbox's.
+	opts := &sandbox.RunOptions{StopAtOutputLimit: true}
+	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 {
+		opts.Limits.Timeout = t
 	}
 	// The request's context: a client that hangs up stops the run.
-	res, err := sb.Run(r.Context(), req.Code, &limits)
+	res, err := sb.Run(r.Context(), req.Code, opts)
 	if res == nil {
 		// The run never started: a fault of the host, not of the code.
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -127,7 +128,7 @@ func limitName(err error) string {
 }
 
 // newMux routes POST /run to a handler running code with py.
-func newMux(py *sandbox.Guest, limits sandbox.Config) *http.ServeMux {
+func newMux(py *sandbox.Guest, limits sandbox.Limits) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("POST /run", &handler{py: py, limits: limits})
 	return mux

@@ -85,7 +85,7 @@ func run(ctx context.Context, w io.Writer, dir string) error {
 	volume := sandbox.Mount{Path: "/data", FS: host, Quota: quota}
 	runIn := func(code string) error {
 		// A new sandbox each time, as for separate jobs: only /data carries over.
-		sb, err := py.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{volume}})
+		sb, err := py.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{volume}})
 		if err != nil {
 			return err
 		}

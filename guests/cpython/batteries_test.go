@@ -21,7 +21,7 @@ func builtRun(t *testing.T, code string) (string, string) {
 	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestBuilt})
 	require.NoError(t, err)
 	defer g.Close(ctx)
-	res, err := g.Run(ctx, code, &sandbox.Config{Timeout: 5 * time.Minute})
+	res, err := g.Run(ctx, code, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})
 	require.NotNil(t, res, "%v", err)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	return string(res.Stdout), string(res.Stderr)

@@ -75,19 +75,19 @@ func TestBuiltGuestRunsModules(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, lib, again, "one copy of the standard library per process")
 
-	s, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{
+	s, err := g.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{
 		{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true},
-	}})
+	}, Limits: sandbox.Limits{Timeout: 2 * time.Minute}})
 	require.NoError(t, err)
 	defer s.Close()
-	res, err := s.Exec(ctx, &sandbox.Config{Args: []string{"-c", modulesProgram}, Timeout: 2 * time.Minute})
+	res, err := s.Exec(ctx, nil, "-c", modulesProgram)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
 	assert.Contains(t, string(res.Stdout), "3.13.5 ")
 	assert.Contains(t, string(res.Stdout), `["_bz2", "_decimal", "_lzma", "_sqlite3", "pyexpat", "zlib"]`)
 
 	// The mount is read-only: the guest cannot change the shared copy.
-	res, err = s.Exec(ctx, &sandbox.Config{Args: []string{"-c", "open('/usr/lib/python313.zip', 'wb')"}})
+	res, err = s.Exec(ctx, nil, "-c", "open('/usr/lib/python313.zip', 'wb')")
 	var exit *sandbox.ExitError
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, 1, res.ExitCode)

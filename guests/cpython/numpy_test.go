@@ -82,17 +82,18 @@ func TestNumpyGuest(t *testing.T) {
 	info := builtNumpy(t)
 	assert.Equal(t, []string{cpython.Numpy}, info.With)
 	assert.Contains(t, info.Builtins, "numpy._core._multiarray_umath")
-	s := numpySandbox(t)
+	s := numpySandbox(t, sandbox.Config{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})
 	ctx := context.Background()
-	res, err := s.Exec(ctx, &sandbox.Config{Args: []string{"-c", numpyProgram}, Timeout: 5 * time.Minute})
+	res, err := s.Exec(ctx, nil, "-c", numpyProgram)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
 	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
 	t.Logf("%s", res.Stdout)
 }
 
-// numpySandbox starts a sandbox of the numpy variant.
-func numpySandbox(t *testing.T, mounts ...sandbox.Mount) *sandbox.Sandbox {
+// numpySandbox starts a sandbox of the numpy variant, with cfg's mounts
+// after the standard library's.
+func numpySandbox(t *testing.T, cfg sandbox.Config) *sandbox.Sandbox {
 	t.Helper()
 	builtNumpy(t)
 	ctx := context.Background()
@@ -103,9 +104,8 @@ func numpySandbox(t *testing.T, mounts ...sandbox.Mount) *sandbox.Sandbox {
 	t.Cleanup(func() { g.Close(ctx) })
 	lib, err := cpython.StdlibFS(ctx, withNumpy)
 	require.NoError(t, err)
-	s, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: append([]sandbox.Mount{
-		{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true},
-	}, mounts...)})
+	cfg.Mounts = append([]sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}, cfg.Mounts...)
+	s, err := g.NewSandbox(&cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -116,27 +116,20 @@ func numpySandbox(t *testing.T, mounts ...sandbox.Mount) *sandbox.Sandbox {
 // bigger than the memory limit is a MemoryError in the guest, the run
 // marked as having hit the limit.
 func TestNumpyBounds(t *testing.T) {
-	s := numpySandbox(t)
+	s := numpySandbox(t, sandbox.Config{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})
 	ctx := context.Background()
-	res, err := s.Exec(ctx, &sandbox.Config{Args: []string{"-c", "import numpy"}, Timeout: 5 * time.Minute})
+	res, err := s.Exec(ctx, nil, "-c", "import numpy")
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	importFuel := res.FuelUsed
 	require.Positive(t, importFuel)
 
 	start := time.Now()
-	res, err = s.Exec(ctx, &sandbox.Config{
-		Args:    []string{"-c", "import numpy as np; a = np.ones((3000, 3000)); print((a @ a)[0, 0])"},
-		Fuel:    importFuel + 2_000_000_000,
-		Timeout: 5 * time.Minute,
-	})
+	res, err = s.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: importFuel + 2_000_000_000}}, "-c", "import numpy as np; a = np.ones((3000, 3000)); print((a @ a)[0, 0])")
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted, "stderr: %s", res.Stderr)
 	assert.Empty(t, res.Stdout)
 	t.Logf("matmul stopped on fuel after %v", time.Since(start))
 
-	res, err = s.Exec(ctx, &sandbox.Config{
-		Args:    []string{"-c", "import numpy as np; a = np.ones(10**8); print(a.sum())"},
-		Timeout: 5 * time.Minute,
-	})
+	res, err = s.Exec(ctx, nil, "-c", "import numpy as np; a = np.ones(10**8); print(a.sum())")
 	require.Error(t, err)
 	assert.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 	assert.True(t, res.MemoryLimitHit)
@@ -207,7 +200,9 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 	}
 	host, err := sandbox.HostDir(dir)
 	require.NoError(t, err)
-	s := numpySandbox(t, sandbox.Mount{Path: "/pt", FS: host, ReadOnly: true})
+	s := numpySandbox(t, sandbox.Config{Mounts: []sandbox.Mount{{Path: "/pt", FS: host, ReadOnly: true}},
+		Env:    map[string]string{"USER": "sandbox", "HOME": "/tmp"},
+		Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 15 * time.Minute}})
 	// pytest's tmp_path asks for the user id (WASI has none; files are
 	// owned by 0) and its capture, faulthandler and logging plugins
 	// duplicate descriptors or open /dev/null (WASI has neither).
@@ -223,8 +218,7 @@ sys.exit(pytest.main(["-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandl
     "--deselect", "numpy/lib/tests/test_format.py::test_huge_header[r]",
     "/pt/numpy-2.2.5/numpy/lib/tests/test_format.py"]))
 `
-	res, err := s.Exec(context.Background(), &sandbox.Config{Args: []string{"-c", prog},
-		Env: map[string]string{"USER": "sandbox", "HOME": "/tmp"}, Fuel: sandbox.UnlimitedFuel, Timeout: 15 * time.Minute})
+	res, err := s.Exec(context.Background(), nil, "-c", prog)
 	t.Logf("%s", lastLines(string(res.Stdout), 15))
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	assert.Contains(t, string(res.Stdout), "37 passed, 5 skipped, 1 deselected")

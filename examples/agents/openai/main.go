@@ -49,7 +49,7 @@ func run(ctx context.Context, client openai.Client, model string, question strin
 	}
 	defer py.Close(ctx)
 	tool, err := codetool.New(py, &codetool.Options{
-		Limits: codetool.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
+		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
 		Setup:  agents.Setup,
 	})
 	if err != nil {

@@ -1,0 +1,197 @@
+package sandbox
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/wasi/hostcall"
+	"github.com/fumehood/fumehood/wasi/netpolicy"
+)
+
+// Defaults applied when Limits leave a field zero.
+const (
+	// DefaultTimeout bounds a run's wall time.
+	DefaultTimeout = 30 * time.Second
+	// DefaultMaxOutput bounds how much of each of stdout and stderr is
+	// captured in a Result.
+	DefaultMaxOutput = 1 << 20
+	// DefaultMemoryLimit bounds a run's linear memory.
+	DefaultMemoryLimit = 256 << 20
+)
+
+// maxMemory is the most linear memory a 32-bit guest can address.
+const maxMemory = 1 << 32
+
+// Limits bound a run. A zero field means the default (DefaultTimeout,
+// DefaultFuel, DefaultMemoryLimit, DefaultMaxOutput).
+//
+// A sandbox's or session's Limits (Config.Limits) are the most any of its
+// runs may use: a run's Limits (RunOptions.Limits) can only lower them, a
+// larger request or none leaves the sandbox's (see Lower). Guest.Run and
+// Guest.Exec run in a sandbox of their own, whose Limits are the run's.
+type Limits struct {
+	// Timeout bounds the run's wall time; a negative value (in a Config)
+	// means no bound beyond the context's. Time the guest spends sleeping
+	// counts.
+	Timeout time.Duration
+	// Fuel is the run's CPU budget, in WebAssembly instructions executed;
+	// UnlimitedFuel lifts the bound.
+	Fuel int64
+	// Memory bounds the guest's linear memory in bytes, at most 4 GiB.
+	// Growing past it fails inside the guest (Python raises MemoryError).
+	Memory int64
+	// MaxOutput bounds how many bytes of each of stdout and stderr are
+	// kept, and of each text of a session run's value and exception. Past
+	// it output is dropped and the Result says so, or, with
+	// RunOptions.StopAtOutputLimit, the run is stopped with ErrOutputLimit.
+	MaxOutput int
+}
+
+// resolve applies the defaults to l, a sandbox's or session's ceiling.
+// Negative Fuel, Memory or MaxOutput and Memory past 4 GiB are errors; a
+// negative Timeout means none.
+func (l Limits) resolve() (Limits, error) {
+	switch {
+	case l.Fuel < 0:
+		return l, fmt.Errorf("sandbox: negative Fuel %d", l.Fuel)
+	case l.Memory < 0 || l.Memory > maxMemory:
+		return l, fmt.Errorf("sandbox: memory limit %d is outside 0 to 4 GiB", l.Memory)
+	case l.MaxOutput < 0:
+		return l, fmt.Errorf("sandbox: negative MaxOutput %d", l.MaxOutput)
+	}
+	if l.Timeout == 0 {
+		l.Timeout = DefaultTimeout
+	} else if l.Timeout < 0 {
+		l.Timeout = -1
+	}
+	if l.Fuel == 0 {
+		l.Fuel = DefaultFuel
+	}
+	if l.Memory == 0 {
+		l.Memory = DefaultMemoryLimit
+	}
+	if l.MaxOutput == 0 {
+		l.MaxOutput = DefaultMaxOutput
+	}
+	return l, nil
+}
+
+// Lower returns the limits of a run that asks for req under the ceiling l
+// (a Config's Limits): l with the defaults applied, each field lowered to
+// req's where req's is positive and smaller (any positive Timeout lowers a
+// ceiling without one). A larger request, or a zero one, leaves l's. It is
+// the rule every run follows; code that passes on a request from
+// elsewhere (a model's tool call) can use it to tell what a run will get.
+// A negative field of req, or an invalid l, is an error.
+func (l Limits) Lower(req Limits) (Limits, error) {
+	l, err := l.resolve()
+	if err != nil {
+		return l, err
+	}
+	if req.Timeout < 0 || req.Fuel < 0 || req.Memory < 0 || req.MaxOutput < 0 {
+		return l, fmt.Errorf("sandbox: a run's limits may not be negative: %+v", req)
+	}
+	if req.Timeout > 0 && (l.Timeout < 0 || req.Timeout < l.Timeout) {
+		l.Timeout = req.Timeout
+	}
+	if req.Fuel > 0 && req.Fuel < l.Fuel {
+		l.Fuel = req.Fuel
+	}
+	if req.Memory > 0 && req.Memory < l.Memory {
+		l.Memory = req.Memory
+	}
+	if req.MaxOutput > 0 && req.MaxOutput < l.MaxOutput {
+		l.MaxOutput = req.MaxOutput
+	}
+	return l, nil
+}
+
+// Config describes a sandbox or a session: what its runs see and may use.
+// The zero value (or nil) is a clean room: an in-memory root holding /tmp
+// and /work bounded by DefaultRootQuota, an empty environment, no network,
+// no host functions, real clocks and the default Limits.
+type Config struct {
+	// Mounts are put at their paths, in addition to the in-memory root
+	// (or instead of it, for a mount at "/"). A session's in-memory root
+	// is part of its snapshots; mounted filesystems (volumes) are not.
+	Mounts []Mount
+	// RootQuota bounds the in-memory root; the zero value means
+	// DefaultRootQuota.
+	RootQuota wasi.Quota
+	// Env is the guest's whole environment (for Python, os.environ).
+	// Keys must not be empty or contain '=' or NUL. A session's holds at
+	// most 4,096 variables and 512 KiB, what a snapshot holds.
+	Env map[string]string
+	// Deterministic makes runs repeatable: the clocks start at
+	// DeterministicEpoch and advance one nanosecond per unit of fuel (plus
+	// the time slept), randomness comes from a generator seeded with Seed,
+	// and PYTHONHASHSEED is 0 unless Env sets it. The same program with the
+	// same input then prints the same output and uses the same fuel. In a
+	// session the clocks go on from run to run; a fork's seed is drawn
+	// from its parent's random stream, and a resumed session's stream
+	// derives from Seed and its run count.
+	Deterministic bool
+	// Seed seeds the random source in deterministic mode.
+	Seed uint64
+
+	// HostCalls lists the host functions guest code may call (in Python,
+	// fumehood.call(name, **kwargs)); nil means none.
+	HostCalls *hostcall.Config
+	// Network lets guest code make the HTTP requests the policy allows (in
+	// Python, urllib.request, http.client and fumehood.http); nil means no
+	// network at all, and an empty Policy refuses every request.
+	Network *netpolicy.Policy
+	// Logger receives a record of every host call and HTTP request; nil
+	// drops them (pass slog.Default() to see them).
+	Logger *slog.Logger
+
+	// Limits are every run's ceiling (see Limits).
+	Limits Limits
+	// TotalFuel bounds the fuel of all the runs of the sandbox or session
+	// together; 0 means no bound beyond each run's Limits.Fuel. A run
+	// started with none left stops at once with ErrFuelExhausted.
+	TotalFuel int64
+}
+
+// RunOptions are what one run adds to its sandbox's or session's Config.
+// The zero value (or nil) is empty stdin, output kept only in the Result
+// and the Config's limits.
+type RunOptions struct {
+	// Stdin is the guest's standard input; nil means empty. A reader that
+	// can block (a pipe, a network stream) is read on a helper goroutine so
+	// that the deadline can interrupt the guest.
+	Stdin io.Reader
+	// Stdout and Stderr, if set, receive the guest's output as it is
+	// written: exactly the bytes the Result keeps.
+	Stdout, Stderr io.Writer
+	// Limits can only lower the Config's (see Limits.Lower).
+	Limits Limits
+	// Refill, if set, is called when the run's fuel is spent, with the
+	// fuel used so far. The fuel it returns is added to the budget and the
+	// guest goes on where it was; returning 0 ends the run with
+	// ErrFuelExhausted.
+	Refill func(used int64) (more int64)
+	// StopAtOutputLimit stops the run with ErrOutputLimit when it writes
+	// more than Limits.MaxOutput bytes to stdout or stderr, instead of
+	// dropping the rest.
+	StopAtOutputLimit bool
+}
+
+// o0 is opts, or the zero RunOptions for nil.
+func o0(opts *RunOptions) *RunOptions {
+	if opts == nil {
+		return &RunOptions{}
+	}
+	return opts
+}
+
+// c0 is cfg, or the zero Config for nil.
+func c0(cfg *Config) *Config {
+	if cfg == nil {
+		return &Config{}
+	}
+	return cfg
+}
