@@ -118,6 +118,7 @@ type Sandbox struct {
 	cfg      Config            // Limits resolved in limits
 	limits   Limits            // every run's ceiling, defaults applied
 	pyEnv    map[string]string // the environment of Python runs (PYTHONPATH for host calls)
+	quotas   string            // the mounts and their quotas, for the start-up code (mountQuotas)
 	fuelUsed int64             // by all runs, for Config.TotalFuel
 }
 
@@ -225,6 +226,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	}
 	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
 	s.fscfg = fscfg.(wazero.FSConfig)
+	s.quotas = s.mountQuotas()
 	return s, nil
 }
 
@@ -289,7 +291,7 @@ func (s *Sandbox) RunScript(ctx context.Context, name, code string, opts *RunOpt
 	if strings.IndexByte(name, 0) >= 0 {
 		return nil, errors.New("sandbox: the script name contains a NUL byte")
 	}
-	return s.exec(ctx, "python", append(oneShotArgs(code, name, s.mountQuotas()), args...), opts, true)
+	return s.exec(ctx, "python", append(oneShotArgs(code, name, s.quotas), args...), opts, true)
 }
 
 // Exec runs the guest's _start in the sandbox with args after the program

@@ -59,7 +59,11 @@ func TestHugeInitialMemoryIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	res, err := g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}})
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
-	assert.Nil(t, res, "nothing was instantiated")
+	require.NotNil(t, res, "a limit gives a Result")
+	assert.Equal(t, sandbox.StopMemory, res.Stop)
+	assert.Equal(t, -1, res.ExitCode)
+	assert.Zero(t, res.PeakMemory, "nothing was instantiated")
+	assert.Zero(t, res.FuelUsed)
 
 	// The 4 GiB maximum, with the default limit.
 	g, err = compileHostile(t, hostileModule{memPages: 65536}, nil)

@@ -382,3 +382,52 @@ func TestRunLimitsOnlyLower(t *testing.T) {
 		assert.Nil(t, res, "%+v", bad)
 	}
 }
+
+// TestLimitBeforeStartHasResult: a run that reached a limit before its
+// guest was entered (a context already done, the TotalFuel of its sandbox
+// or session spent) returns a Result saying so, as one stopped midway
+// does; only invalid arguments and closed objects give none.
+func TestLimitBeforeStartHasResult(t *testing.T) {
+	g := goGuest(t)
+	s, err := g.NewSandbox(&sandbox.Config{TotalFuel: 5_000_000})
+	require.NoError(t, err)
+	defer s.Close()
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for _, c := range []struct {
+		ctx  context.Context
+		err  error
+		stop sandbox.StopReason
+	}{
+		{canceled, context.Canceled, sandbox.StopCanceled},
+		{expired, context.DeadlineExceeded, sandbox.StopDeadline},
+	} {
+		res, err := s.Exec(c.ctx, nil, "args", "x")
+		require.ErrorIs(t, err, c.err)
+		require.NotNil(t, res, "%v", c.err)
+		assert.Equal(t, c.stop, res.Stop)
+		assert.Equal(t, -1, res.ExitCode)
+		assert.Empty(t, res.Stdout, "the guest was not entered")
+	}
+
+	// The sandbox's TotalFuel: the spin takes all of it, the next run
+	// none.
+	res, err := s.Exec(context.Background(), nil, "spin")
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	assert.Equal(t, sandbox.StopFuel, res.Stop)
+	assert.LessOrEqual(t, res.FuelUsed, int64(5_000_000))
+	res, err = s.Exec(context.Background(), nil, "args", "x")
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	require.NotNil(t, res)
+	assert.Equal(t, sandbox.StopFuel, res.Stop)
+	assert.Zero(t, res.FuelUsed)
+	assert.Empty(t, res.Stdout)
+
+	// Closed: no Result.
+	require.NoError(t, s.Close())
+	res, err = s.Exec(context.Background(), nil, "args")
+	require.ErrorIs(t, err, sandbox.ErrClosed)
+	assert.Nil(t, res)
+}

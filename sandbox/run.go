@@ -168,9 +168,10 @@ func (e *TrapError) Unwrap() error { return e.Err }
 // whose Limits are opts.Limits, and waits for it to finish. It needs the
 // Python guest.
 //
-// The Result is nil only when the run did not start (invalid options, a
-// closed guest, a context already done); otherwise it holds the output,
-// even when the error is not nil.
+// The Result is nil only for invalid options or a closed guest; otherwise
+// it holds the output, even when the error is not nil. A run stopped by a
+// limit, even before it started (a context already done, a memory limit
+// below what the guest needs), has a Result whose Stop says which.
 //
 // A Python exception is not a Go error of its own: the traceback is on
 // Result.Stderr and the error is an *ExitError with Code 1 (sessions report
@@ -260,76 +261,152 @@ func oneShotArgs(code, name, quotas string) []string {
 	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
 }
 
+// run is the host side of one run, one-shot or of a session: what begin
+// prepared before the guest is entered, which end turns into the Result.
+type run struct {
+	sb     *Sandbox
+	limits Limits // the sandbox's, lowered by the run's request
+	opts   *RunOptions
+	budget int64 // the run's fuel: limits.Fuel, within the sandbox's TotalFuel
+	state  *runState
+
+	stdout, stderr *capture
+	endHost        func() hostcall.Stats // nil without a host-call server
+	cancel         context.CancelFunc    // the run's deadline
+	started        time.Time             // when the guest was entered, if it was
+}
+
+// memStats is what a run's memory allocator recorded.
+type memStats struct {
+	peak int64 // the largest size of the linear memory
+	hit  bool  // a growth was refused for the limit
+}
+
+// begin prepares a run of the sandbox: the limits (the sandbox's, lowered
+// by opts), the deadline, the captures of stdout and stderr, and the
+// binding to the sandbox's host-call server. A limit reached before the
+// guest is entered (the sandbox's TotalFuel spent, the context done, a
+// memory limit below what the module needs) is recorded as the run's
+// stop: the caller then enters nothing and end reports it. An error (an
+// invalid request, a closed host-call server) means no run at all.
+func (s *Sandbox) begin(ctx context.Context, opts *RunOptions) (context.Context, *run, error) {
+	if s.g.isClosed() {
+		return ctx, nil, ErrClosed
+	}
+	o := o0(opts)
+	lim, err := s.limits.Lower(o.Limits)
+	if err != nil {
+		return ctx, nil, err
+	}
+	r := &run{sb: s, limits: lim, opts: o, budget: lim.Fuel}
+	ctx, r.cancel = deadline(ctx, lim.Timeout)
+	r.state = &runState{ctx: ctx, refill: o.Refill}
+	r.stdout = &capture{max: lim.MaxOutput, tee: o.Stdout}
+	r.stderr = &capture{max: lim.MaxOutput, tee: o.Stderr}
+	if o.StopAtOutputLimit {
+		r.stdout.stop, r.stderr.stop = r.state.stop, r.state.stop
+	}
+	if s.host != nil {
+		if r.endHost, err = s.host.Begin(ctx); err != nil {
+			r.cancel()
+			return ctx, nil, err
+		}
+	}
+	switch left := s.cfg.TotalFuel - s.fuelUsed; {
+	case ctx.Err() != nil:
+		r.state.stop(ctx.Err())
+	case s.cfg.TotalFuel > 0 && left <= 0:
+		r.state.stop(fmt.Errorf("the fuel of all runs (%d) is spent: %w", s.cfg.TotalFuel, ErrFuelExhausted))
+	case lim.Memory < s.g.minMemory:
+		// The allocator cannot refuse the first allocation, so such a
+		// module must not start at all.
+		r.state.stop(fmt.Errorf("%w: the guest needs %d bytes of memory to start, the limit is %d", ErrMemoryLimit, s.g.minMemory, lim.Memory))
+	case s.cfg.TotalFuel > 0:
+		r.budget = min(r.budget, left)
+	}
+	return ctx, r, nil
+}
+
+// stopped reports whether the run was stopped already: begin found a limit
+// reached, and the guest must not be entered.
+func (r *run) stopped() bool {
+	r.state.mu.Lock()
+	defer r.state.mu.Unlock()
+	return r.state.stopped != nil
+}
+
+// end builds the run's Result and error from what the host recorded: the
+// output captured, the time since the guest was entered, the fuel, the
+// memory, the host calls. It is the only writer of Result.Stop and
+// Result.ExitCode. runErr is how the guest's call returned; out, if not
+// nil, is the outcome the guest's driver reported for a run whose code
+// ended it (a session's run that paused normally), applied last.
+func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
+	r.cancel()
+	res := &Result{
+		Stdout: r.stdout.buf.Bytes(), StdoutTruncated: r.stdout.truncated, StdoutBytes: r.stdout.total,
+		Stderr: r.stderr.buf.Bytes(), StderrTruncated: r.stderr.truncated, StderrBytes: r.stderr.total,
+		FuelUsed:   r.state.fuelUsed(),
+		PeakMemory: mem.peak, MemoryLimitHit: mem.hit,
+	}
+	if !r.started.IsZero() {
+		res.Duration = time.Since(r.started)
+	}
+	r.sb.fuelUsed += res.FuelUsed
+	if r.endHost != nil {
+		st := r.endHost()
+		res.HostCalls, res.HTTPRequests = st.Calls, st.HTTPRequests
+	}
+	var err error
+	res.Stop, res.ExitCode, err = classify(r.state, runErr, res.Duration, mem.hit)
+	if out != nil {
+		// The outcome (a Python run's value and exception): the code
+		// ended the run itself, whatever the host recorded meanwhile.
+		res.Value, res.HasValue, res.ValueTruncated = out.Value, out.HasValue, out.ValueTruncated
+		res.Stop, res.ExitCode, err = StopExit, 0, nil
+		if out.Exception != nil {
+			res.Exception = out.Exception
+			res.ExitCode, err = 1, out.Exception
+		} else if out.ExitCode != 0 {
+			res.ExitCode, err = out.ExitCode, &ExitError{Code: out.ExitCode}
+		}
+	}
+	return res, err
+}
+
 // exec runs the guest's _start in the sandbox with args after name, as
 // argv, with the sandbox's environment (with python, the one for Python
 // code, which finds the host-call module).
 func (s *Sandbox) exec(ctx context.Context, name string, args []string, opts *RunOptions, python bool) (*Result, error) {
-	o := o0(opts)
-	lim, err := s.limits.Lower(o.Limits)
+	for i, a := range args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, fmt.Errorf("sandbox: argument %d contains a NUL byte", i+1)
+		}
+	}
+	ctx, r, err := s.begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if lim.Memory < s.g.minMemory {
-		// The allocator cannot refuse the first allocation, so such a
-		// module must not start at all.
-		return nil, fmt.Errorf("%w: the guest needs %d bytes of memory to start, the limit is %d", ErrMemoryLimit, s.g.minMemory, lim.Memory)
-	}
-	budget := lim.Fuel
-	if s.cfg.TotalFuel > 0 {
-		left := s.cfg.TotalFuel - s.fuelUsed
-		if left <= 0 {
-			return &Result{ExitCode: -1, Stop: StopFuel}, fmt.Errorf("sandbox: the sandbox's fuel is spent: %w", ErrFuelExhausted)
-		}
-		budget = min(budget, left)
-	}
-	ctx, cancelDeadline := deadline(ctx, lim.Timeout)
-	defer cancelDeadline()
-
-	r := &runState{ctx: ctx, refill: o.Refill}
-	var endHost func() hostcall.Stats
-	if s.host != nil {
-		if endHost, err = s.host.Begin(ctx); err != nil {
-			return nil, err
-		}
-		defer endHost()
+	if r.stopped() {
+		return r.end(nil, memStats{}, nil)
 	}
 	env := s.cfg.Env
 	if python {
 		env = s.pyEnv
 	}
-	mc, err := s.g.moduleConfig(ctx, append([]string{name}, args...), env, s.cfg.Deterministic, s.cfg.Seed, o.Stdin, r)
+	mc, err := s.g.moduleConfig(ctx, append([]string{name}, args...), env, s.cfg.Deterministic, s.cfg.Seed, r.opts.Stdin, r.state)
 	if err != nil {
-		return nil, err
+		return r.end(err, memStats{}, nil)
 	}
-	stdout := &capture{max: lim.MaxOutput, tee: o.Stdout}
-	stderr := &capture{max: lim.MaxOutput, tee: o.Stderr}
-	if o.StopAtOutputLimit {
-		stdout.stop, stderr.stop = r.stop, r.stop
-	}
-	mc = mc.WithStdout(stdout).WithStderr(stderr).WithFSConfig(s.fscfg)
-	alloc := &memoryAllocator{limit: uint64(lim.Memory)}
-
-	start := time.Now()
-	runErr := s.g.start(ctx, mc, r, alloc, budget, &s.errno)
-	res := &Result{
-		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated, StdoutBytes: stdout.total,
-		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated, StderrBytes: stderr.total,
-		Duration: time.Since(start),
-		FuelUsed: r.fuelUsed(),
-	}
-	s.fuelUsed += res.FuelUsed
-	if endHost != nil {
-		st := endHost()
-		res.HostCalls, res.HTTPRequests = st.Calls, st.HTTPRequests
-	}
+	mc = mc.WithStdout(r.stdout).WithStderr(r.stderr).WithFSConfig(s.fscfg)
+	alloc := &memoryAllocator{limit: uint64(r.limits.Memory)}
+	r.started = time.Now()
+	runErr := s.g.start(ctx, mc, r.state, alloc, r.budget, &s.errno)
+	var mem memStats
 	if m := alloc.mem; m != nil {
-		res.PeakMemory = int64(m.peak)
-		res.MemoryLimitHit = m.refused > 0
+		mem = memStats{peak: int64(m.peak), hit: m.refused > 0}
 	}
-	return res, classify(res, r, runErr)
+	return r.end(runErr, mem, nil)
 }
 
 // deadline applies a run's timeout (negative: none) to ctx.
@@ -366,63 +443,57 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 	return g.stack.check(mod, err)
 }
 
-// classify turns the runtime's error into the package's and fills in the
-// exit code and Result.Stop. Only what the host recorded decides a limit:
-// the reason it stopped the run for, the allocator's refusals, a trap.
+// classify turns the runtime's error into the package's and says what
+// ended the run and its exit code (-1 when it was stopped before the guest
+// exited). Only what the host recorded decides a limit: the reason it
+// stopped the run for, the allocator's refusals (memHit), a trap.
 // Whatever status the guest exits with is its own exit: wazero's exit
 // codes for a closed context (sys.ExitCodeDeadlineExceeded and
 // sys.ExitCodeContextCanceled) come only from proc_exit here, since the
 // runtime does not close modules on context done.
-func classify(res *Result, r *runState, err error) error {
-	res.ExitCode = -1
+func classify(r *runState, err error, d time.Duration, memHit bool) (StopReason, int, error) {
 	r.mu.Lock()
 	stopped := r.stopped
 	r.mu.Unlock()
 	if stopped != nil {
 		// The host stopped the run; its reason is the error, whatever
 		// wazero reported on the way out.
-		res.Stop = stopReason(stopped)
 		if errors.Is(stopped, context.DeadlineExceeded) {
-			return fmt.Errorf("sandbox: run stopped after %v: %w", res.Duration.Round(time.Millisecond), stopped)
+			return StopDeadline, -1, fmt.Errorf("sandbox: run stopped after %v: %w", d.Round(time.Millisecond), stopped)
 		}
-		return fmt.Errorf("sandbox: run stopped: %w", stopped)
+		return stopReason(stopped), -1, fmt.Errorf("sandbox: run stopped: %w", stopped)
 	}
-	res.Stop = StopExit
 	if err == nil {
-		res.ExitCode = 0
-		return nil
+		return StopExit, 0, nil
 	}
+	stop, code := StopExit, -1
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		res.ExitCode = int(exit.ExitCode())
-		if res.ExitCode == 0 {
-			return nil
+		code = int(exit.ExitCode())
+		if code == 0 {
+			return StopExit, 0, nil
 		}
-		err = &ExitError{Code: res.ExitCode}
+		err = &ExitError{Code: code}
 	} else if errors.Is(err, ErrClosed) || strings.HasPrefix(err.Error(), "sandbox:") {
-		res.Stop = stopReason(err)
-		return err
+		return stopReason(err), -1, err
 	} else {
-		res.Stop = StopTrap
+		stop = StopTrap
 		if errors.Is(err, ErrStackOverflow) {
-			res.Stop = StopStack
+			stop = StopStack
 		}
 		err = &TrapError{Err: err}
 	}
-	if res.MemoryLimitHit {
+	if memHit {
 		// The guest failed after being refused memory: say why.
-		res.Stop = StopMemory
-		return fmt.Errorf("%w: %w", ErrMemoryLimit, err)
+		return StopMemory, code, fmt.Errorf("%w: %w", ErrMemoryLimit, err)
 	}
-	return err
+	return stop, code, err
 }
 
+// moduleConfig is the module config of a one-shot run: argv (checked by
+// the caller), env, stdin and the clocks and randomness, real or
+// deterministic.
 func (g *Guest) moduleConfig(ctx context.Context, args []string, env map[string]string, deterministic bool, seed uint64, stdin io.Reader, r *runState) (wazero.ModuleConfig, error) {
-	for i, a := range args {
-		if strings.IndexByte(a, 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: argument %d contains a NUL byte", i)
-		}
-	}
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().

@@ -133,7 +133,6 @@ type Session struct {
 	inst    *instance
 	env     map[string]string
 	runs    int64
-	fuel    int64         // fuel used by all runs
 	slept   time.Duration // deterministic clock: time slept by all runs
 	reseed  bool          // send a new random seed with the next run
 	sendEnv bool          // send the environment with the next run
@@ -419,7 +418,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	}
 	ctl := afero.NewMemMapFs()
 	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
-	sb, err := g.newSandbox(&Config{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger, Limits: c.Limits}, true)
+	sb, err := g.newSandbox(&Config{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger, Limits: c.Limits, TotalFuel: c.TotalFuel}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -612,59 +611,83 @@ func (s *Session) Run(ctx context.Context, code string, opts *RunOptions) (*Resu
 	return s.do(ctx, &code, opts)
 }
 
-func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (result *Result, _ error) {
+func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, s.closedErr()
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	c := o0(opts)
-	lim, err := s.sb.limits.Lower(c.Limits)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.setStopRun(cancel)
+	defer s.setStopRun(nil)
+	ctx, r, err := s.sb.begin(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancelDeadline := deadline(ctx, lim.Timeout)
-	defer cancelDeadline()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.stopMu.Lock()
-	s.stopRun = cancel
-	s.stopMu.Unlock()
-	defer func() {
-		s.stopMu.Lock()
-		s.stopRun = nil
-		s.stopMu.Unlock()
-	}()
-	budget := lim.Fuel
-	if s.cfg.TotalFuel > 0 {
-		left := s.cfg.TotalFuel - s.fuel
-		if left <= 0 {
-			return &Result{ExitCode: -1, Stop: StopFuel}, fmt.Errorf("sandbox: the session's fuel is spent: %w", ErrFuelExhausted)
-		}
-		budget = min(budget, left)
+	if r.stopped() {
+		return r.end(nil, memStats{}, nil)
 	}
-	memLimit := uint64(lim.Memory)
-	maxOut := lim.MaxOutput
-
-	r := &runState{ctx: ctx, refill: c.Refill}
 	// Deterministic clocks go on from where the session's last run left them.
-	r.setClocks(ctx, s.cfg.Deterministic, s.fuel+int64(s.slept), func(d time.Duration) { s.slept += d })
-	stdout := &capture{max: maxOut, tee: c.Stdout}
-	stderr := &capture{max: maxOut, tee: c.Stderr}
-	if c.StopAtOutputLimit {
-		stdout.stop, stderr.stop = r.stop, r.stop
-	}
-
+	r.state.setClocks(ctx, s.cfg.Deterministic, s.sb.fuelUsed+int64(s.slept), func(d time.Duration) { s.slept += d })
 	if s.inst == nil {
 		// Hibernating: bring the interpreter back from the checkpoint.
 		if err := s.instantiate(ctx, false); err != nil {
-			return nil, err
+			return r.end(err, memStats{}, nil)
 		}
 	}
 	in := s.inst
+	req, body, err := s.request(code, r.limits.MaxOutput)
+	if err != nil {
+		return r.end(err, memStats{}, nil)
+	}
+	in.pending = append([]byte(strconv.Itoa(len(body))+"\n"), body...)
+	in.resultAt = req.Result
+	if r.opts.Stdin != nil {
+		in.userIn = newStdin(ctx, r.opts.Stdin)
+	}
+	in.stdout.w, in.stderr.w = r.stdout, r.stderr
+	in.mem.mem.limit = uint64(r.limits.Memory)
+	refusedBefore := in.mem.mem.refused
+	defer func() {
+		in.stdout.w, in.stderr.w, in.userIn, in.pending = nil, nil, nil, nil
+	}()
+
+	r.started = time.Now()
+	runErr := in.call(ctx, r.state, r.budget, &s.sb.errno, true)
+	mem := memStats{peak: int64(in.mem.mem.peak), hit: in.mem.mem.refused > refusedBefore}
+	s.runs++
+	var out *Result
+	if runErr == nil {
+		if out, err = readOutcome(s.ctl, strings.TrimPrefix(req.Result, ControlPath), r.limits.MaxOutput); err != nil {
+			runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", err)
+		}
+	}
+	s.clearControl()
+	res, err := r.end(runErr, mem, out)
+	if out != nil {
+		s.checkpoint(in)
+		return res, err
+	}
+	if err == nil {
+		// The interpreter exited with status 0 (os._exit(0)): the run
+		// ended early all the same.
+		err = &ExitError{Code: 0}
+	}
+	s.rollback(ctx)
+	return res, err
+}
+
+// setStopRun sets what Close calls to stop the run in progress.
+func (s *Session) setStopRun(cancel context.CancelFunc) {
+	s.stopMu.Lock()
+	s.stopRun = cancel
+	s.stopMu.Unlock()
+}
+
+// request builds the driver's request for a run of code (nil: none) whose
+// texts are capped at maxOut, and its JSON.
+func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	req := request{Code: code, N: s.runs + 1, Result: ControlPath + "/result-" + hex.EncodeToString(nonce[:]), MaxValue: maxOut}
@@ -683,7 +706,7 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (resul
 	if s.sendEnv || s.reseed {
 		// A new session, a fork or a resume (whose mounts' quotas may
 		// differ from the saved session's).
-		req.Mounts = s.sb.mountQuotas()
+		req.Mounts = s.sb.quotas
 	}
 	if s.reseed {
 		var seed [32]byte
@@ -691,79 +714,31 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (resul
 		req.Seed = hex.EncodeToString(seed[:])
 	}
 	body, err := json.Marshal(&req)
-	if err != nil {
-		return nil, err
-	}
-	in.pending = append([]byte(strconv.Itoa(len(body))+"\n"), body...)
-	in.resultAt = req.Result
-	if c.Stdin != nil {
-		in.userIn = newStdin(ctx, c.Stdin)
-	}
-	in.stdout.w, in.stderr.w = stdout, stderr
-	in.mem.mem.limit = memLimit
-	refusedBefore := in.mem.mem.refused
-	defer func() {
-		in.stdout.w, in.stderr.w, in.userIn, in.pending = nil, nil, nil, nil
-	}()
+	return req, body, err
+}
 
-	var endHost func() hostcall.Stats
-	if s.sb.host != nil {
-		if endHost, err = s.sb.host.Begin(ctx); err != nil {
-			return nil, err
-		}
+// checkpoint makes the state the run left in the instance the one a
+// stopped run rolls back to.
+func (s *Session) checkpoint(in *instance) {
+	s.sendEnv, s.reseed = false, false
+	s.ckpt.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals))
+	// The descriptors a rollback to this checkpoint opens again. One that
+	// cannot be (deleted while open) is left out: a snapshot names it,
+	// since it describes the live instance.
+	s.fds = nil
+	if fds, _, err := s.describeFiles(in); err == nil {
+		s.fds = fds
 	}
-	start := time.Now()
-	runErr := in.call(ctx, r, budget, &s.sb.errno, true)
-	if endHost != nil {
-		st := endHost()
-		defer func(res **Result) {
-			if *res != nil {
-				(*res).HostCalls, (*res).HTTPRequests = st.Calls, st.HTTPRequests
-			}
-		}(&result)
-	}
-	res := &Result{
-		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated, StdoutBytes: stdout.total,
-		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated, StderrBytes: stderr.total,
-		Duration: time.Since(start),
-		FuelUsed: r.fuelUsed(),
-	}
-	res.PeakMemory = int64(in.mem.mem.peak)
-	res.MemoryLimitHit = in.mem.mem.refused > refusedBefore
-	s.fuel += res.FuelUsed
-	s.runs++
-	if runErr == nil {
-		out, rerr := readOutcome(s.ctl, strings.TrimPrefix(req.Result, ControlPath), maxOut)
-		s.clearControl()
-		if rerr != nil {
-			runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", rerr)
-		} else {
-			s.sendEnv, s.reseed = false, false
-			s.ckpt.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals))
-			// The descriptors a rollback to this checkpoint opens again.
-			// One that cannot be (deleted while open) is left out: a
-			// snapshot names it, since it describes the live instance.
-			s.fds = nil
-			if fds, _, err := s.describeFiles(in); err == nil {
-				s.fds = fds
-			}
-			return res, s.finish(res, out)
-		}
-	}
-	s.clearControl()
-	err = classify(res, r, runErr)
-	if err == nil {
-		// The interpreter exited with status 0 (os._exit(0)): the run
-		// ended early all the same.
-		err = &ExitError{Code: 0}
-	}
-	// The instance stopped mid-run: go back to the checkpoint.
-	in.close()
+}
+
+// rollback replaces the instance, stopped mid-run, with a new one at the
+// checkpoint; if that fails, the session is closed.
+func (s *Session) rollback(ctx context.Context) {
+	s.inst.close()
 	s.inst = nil
-	if ierr := s.instantiate(context.WithoutCancel(ctx), false); ierr != nil {
-		s.closeLocked(fmt.Errorf("rolling back after a stopped run: %w", ierr))
+	if err := s.instantiate(context.WithoutCancel(ctx), false); err != nil {
+		s.closeLocked(fmt.Errorf("rolling back after a stopped run: %w", err))
 	}
-	return res, err
 }
 
 // clearControl empties the control directory: the outcome just read, and
@@ -774,23 +749,6 @@ func (s *Session) clearControl() {
 	for _, e := range entries {
 		s.sb.RemoveAll(path.Join(ControlPath, e.Name()))
 	}
-}
-
-// finish fills in the Result from the driver's outcome (readOutcome's,
-// whose texts are capped): the code ended the run itself.
-func (s *Session) finish(res *Result, out *Result) error {
-	res.Stop, res.ExitCode = StopExit, 0
-	res.Value, res.HasValue, res.ValueTruncated = out.Value, out.HasValue, out.ValueTruncated
-	if out.Exception != nil {
-		res.Exception = out.Exception
-		res.ExitCode = 1
-		return out.Exception
-	}
-	if out.ExitCode != 0 {
-		res.ExitCode = out.ExitCode
-		return &ExitError{Code: out.ExitCode}
-	}
-	return nil
 }
 
 // Hibernate releases the session's interpreter while it is idle: only the
@@ -826,7 +784,7 @@ func (s *Session) Hibernate() error {
 func (s *Session) FuelUsed() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.fuel
+	return s.sb.fuelUsed
 }
 
 // Runs returns how many runs the session has had, counting those of the

@@ -155,8 +155,11 @@ func TestSessionFuelBudget(t *testing.T) {
 		require.Less(t, i, 1000, "the session budget never ran out")
 	}
 	assert.LessOrEqual(t, s.FuelUsed(), int64(400_000_000))
-	_, err := s.Run(context.Background(), "1", nil)
+	res, err := s.Run(context.Background(), "1", nil)
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	require.NotNil(t, res, "a limit gives a Result")
+	assert.Equal(t, sandbox.StopFuel, res.Stop)
+	assert.Equal(t, -1, res.ExitCode)
 }
 
 func TestSessionStdinAndEnv(t *testing.T) {

@@ -84,7 +84,7 @@ func (s *Session) capture() (*snapshot.Snapshot, error) {
 		Env:            s.env,
 		Mounts:         s.layout,
 		Runs:           s.runs,
-		FuelUsed:       s.fuel,
+		FuelUsed:       s.sb.fuelUsed,
 		Deterministic:  s.cfg.Deterministic,
 		Seed:           s.cfg.Seed,
 		ClockNanos:     int64(s.slept),
@@ -280,7 +280,7 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 		ck.pages[p.Index] = p.Data
 	}
 	s.base, s.ckpt = base, ck
-	s.runs, s.fuel, s.slept = h.Runs, h.FuelUsed, time.Duration(h.ClockNanos)
+	s.runs, s.sb.fuelUsed, s.slept = h.Runs, h.FuelUsed, time.Duration(h.ClockNanos)
 	if h.Deterministic {
 		// Not the stream the session began with, which its memory may
 		// already reflect (tempfile names, say): one of its own.
@@ -356,7 +356,7 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 		return nil, fmt.Errorf("sandbox: fork: %w", err)
 	}
 	child.base, child.ckpt = s.base, s.ckpt.clone()
-	child.runs, child.fuel, child.slept = s.runs, s.fuel, s.slept
+	child.runs, child.sb.fuelUsed, child.slept = s.runs, s.sb.fuelUsed, s.slept
 	child.reseed = true
 	child.fds = fds
 	if err := child.instantiate(ctx, true); err != nil {
