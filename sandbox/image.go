@@ -9,11 +9,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
+	"github.com/spf13/afero"
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
@@ -375,4 +378,79 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 		return nil, err
 	}
 	return b, nil
+}
+
+// buildBase starts the interpreter in a stand-in of the layout (empty
+// in-memory filesystems at the same paths), deterministically, and keeps
+// its state at the driver's first read.
+func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseImage, error) {
+	var mounts []Mount
+	for _, m := range layout {
+		fs := afero.NewMemMapFs()
+		if m.Path == "/" {
+			if err := makeRoot(fs); err != nil {
+				return nil, err
+			}
+		}
+		// Start-up records what it stats (the import system keeps the
+		// times of directories), so every time is fixed.
+		if err := afero.Walk(fs, "/", func(p string, _ iofs.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return fs.Chtimes(p, DeterministicEpoch, DeterministicEpoch)
+		}); err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, Mount{Path: m.Path, FS: fs, ReadOnly: m.ReadOnly})
+	}
+	sb, err := g.newSandbox(&Config{Mounts: mounts}, true)
+	if err != nil {
+		return nil, err
+	}
+	var in *instance
+	clock := &sessionClock{in: &in}
+	in, err = g.newInstance(ctx, sb.fscfg, clock, seededRand(0), map[string]string{"PYTHONHASHSEED": "0"}, driverArgs(), DefaultMemoryLimit, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer in.close()
+	r := &runState{ctx: ctx}
+	r.setClocks(ctx, true, 0, nil)
+	var stderr bytes.Buffer
+	in.stderr.w = &stderr
+	if err := in.call(ctx, r, DefaultFuel, &sb.errno, false); err != nil {
+		return nil, fmt.Errorf("sandbox: starting the session interpreter: %w (stderr: %q)", err, stderr.String())
+	}
+	mem := bytes.Clone(in.linear())
+	globals := getGlobals(in.mod, g.globals)
+	b := &baseImage{layout: layoutKey(layout), mem: mem, globals: globals, buf: in.buf}
+	b.digest = digestImage(mem, globals, in.buf)
+
+	if err := g.freshPages(ctx, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// freshPages finds the pages a restore must write: those where the base
+// image differs from the memory of a freshly instantiated module.
+func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
+	var in *instance
+	fresh, err := g.newInstance(ctx, wazero.NewFSConfig(), &sessionClock{in: &in}, seededRand(0), nil, driverArgs(), DefaultMemoryLimit, 0)
+	if err != nil {
+		return err
+	}
+	defer fresh.close()
+	fm := fresh.linear()
+	for i := 0; i < len(b.mem)/pageSize; i++ {
+		ref := zeroPage
+		if (i+1)*pageSize <= len(fm) {
+			ref = fm[i*pageSize : (i+1)*pageSize]
+		}
+		if !bytes.Equal(b.page(i), ref) {
+			b.fresh = append(b.fresh, uint32(i))
+		}
+	}
+	return nil
 }

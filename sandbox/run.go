@@ -3,13 +3,10 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,55 +19,6 @@ import (
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/wasi/hostcall"
 )
-
-// Result is what a run produced. A run that ended early still returns the
-// output written until then and what it used.
-type Result struct {
-	// Stdout and Stderr hold the captured output, at most MaxOutput bytes each.
-	Stdout, Stderr []byte
-	// StdoutTruncated and StderrTruncated report output dropped past MaxOutput.
-	StdoutTruncated, StderrTruncated bool
-	// StdoutBytes and StderrBytes count everything the guest wrote, kept or not.
-	StdoutBytes, StderrBytes int64
-	// ExitCode is the guest's exit status: 0 on success, 1 for an uncaught
-	// Python exception, n for SystemExit(n), and -1 when the run was
-	// stopped before the guest exited.
-	ExitCode int
-	// Duration is the run's wall time, from instantiation to exit.
-	Duration time.Duration
-	// FuelUsed is the fuel the run spent.
-	FuelUsed int64
-	// PeakMemory is the largest size, in bytes, of the guest's linear memory.
-	PeakMemory int64
-	// MemoryLimitHit reports that the guest tried to grow its memory past
-	// the limit at least once.
-	MemoryLimitHit bool
-	// Stop says what ended the run: StopExit when the guest ended it
-	// itself, else the limit or failure that stopped it. The host sets it
-	// from what it recorded, never from the guest's exit status or
-	// output, so a guest cannot pass its own exit for a limit.
-	Stop StopReason
-
-	// Session runs only (Session.Run):
-
-	// Value is the repr of the value of the code's last expression, when
-	// the code ends in an expression whose value is not None; HasValue
-	// says whether there is one. The host cuts it to at most MaxOutput
-	// bytes (at a character boundary; invalid UTF-8 becomes U+FFFD), and
-	// ValueTruncated says so.
-	Value          string
-	HasValue       bool
-	ValueTruncated bool
-	// Exception is the Python exception the code raised, if any.
-	Exception *Exception
-	// HostCalls counts the run's calls of host functions, refused ones
-	// included; HTTPRequests counts the HTTP requests it sent, each
-	// redirect hop included (see Config.HostCalls and Network).
-	HostCalls, HTTPRequests int
-}
-
-// StopReason says what ended a run (Result.Stop).
-type StopReason int
 
 // The reasons a run ends. Each limit's reason goes with the error the run
 // returns: StopFuel with ErrFuelExhausted, StopDeadline with
@@ -105,63 +53,6 @@ const (
 	// ErrStackOverflow): its own failure, as deep recursion in C code.
 	StopStack
 )
-
-var stopNames = [...]string{"exit", "fuel", "deadline", "canceled", "memory", "output", "trap", "error", "stack"}
-
-// String returns the reason's name: "exit", "fuel", "deadline",
-// "canceled", "memory", "output", "trap", "error" or "stack".
-func (s StopReason) String() string {
-	if s >= 0 && int(s) < len(stopNames) {
-		return stopNames[s]
-	}
-	return "StopReason(" + strconv.Itoa(int(s)) + ")"
-}
-
-// MarshalText implements encoding.TextMarshaler: the reason's name.
-func (s StopReason) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// stopReason is the reason for an error the host recorded when it stopped
-// a run.
-func stopReason(err error) StopReason {
-	switch {
-	case errors.Is(err, ErrFuelExhausted):
-		return StopFuel
-	case errors.Is(err, context.DeadlineExceeded):
-		return StopDeadline
-	case errors.Is(err, context.Canceled):
-		return StopCanceled
-	case errors.Is(err, ErrOutputLimit):
-		return StopOutput
-	case errors.Is(err, ErrMemoryLimit):
-		return StopMemory
-	}
-	return StopError
-}
-
-// ExitError reports a guest that exited with a non-zero status. The Result
-// returned with it holds the output.
-type ExitError struct {
-	// Code is the guest's exit status.
-	Code int
-}
-
-// Error implements error.
-func (e *ExitError) Error() string {
-	return fmt.Sprintf("sandbox: guest exited with status %d", e.Code)
-}
-
-// TrapError reports a guest that stopped on a WebAssembly trap, such as an
-// out-of-bounds access, unreachable code or a call stack overflow.
-type TrapError struct {
-	// Err is the runtime's description of the trap.
-	Err error
-}
-
-// Error implements error.
-func (e *TrapError) Error() string { return "sandbox: guest trapped: " + e.Err.Error() }
-
-// Unwrap returns the runtime's error.
-func (e *TrapError) Unwrap() error { return e.Err }
 
 // Run runs Python source code in a fresh interpreter, in a fresh sandbox
 // (an in-memory root holding /tmp and /work; see NewSandbox for more)
@@ -209,56 +100,6 @@ func (g *Guest) oneShot(opts *RunOptions) (*Sandbox, *RunOptions, error) {
 	}
 	o.Limits = Limits{}
 	return s, &o, nil
-}
-
-// startupSource is fumehood's start-up code, run before the code of every
-// Python run (see startup.py); runnerSource runs a one-shot run's code.
-var (
-	//go:embed startup.py
-	startupCore string
-	//go:embed startup_patches.py
-	startupPatches string
-	//go:embed startup_thread.py
-	startupThread string
-	//go:embed startup_pwd.py
-	startupPwd string
-	//go:embed runner.py
-	runnerSource string
-
-	startupSource = startupLazy() + startupCore
-)
-
-// startupLazy is the Python statement that gives startup.py the sources it
-// compiles only when they are needed: a JSON string is a Python string
-// literal.
-func startupLazy() string {
-	b, err := json.Marshal(map[string]string{
-		"patches":                   startupPatches,
-		"concurrent.futures.thread": startupThread,
-		"pwd":                       startupPwd,
-	})
-	if err != nil {
-		panic(err) // strings always marshal
-	}
-	return "_fumehood_lazy = " + string(b) + "\n"
-}
-
-// oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
-// the start-up code and the runner, which name their functions' code
-// "<fumehood>" so that their frames are not mistaken for the user's code.
-const oneShotBootstrap = "exec(__import__('sys').argv[1])"
-
-// oneShotArgs are the interpreter's arguments for running code one-shot
-// under name (default "<string>") in a sandbox whose mounts quotas
-// describes (Sandbox.mountQuotas), before the program's own arguments.
-//
-// -u: unbuffered, so output written before a stop is kept.
-// -B: never write .pyc files.
-func oneShotArgs(code, name, quotas string) []string {
-	if name == "" {
-		name = "<string>"
-	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
 }
 
 // run is the host side of one run, one-shot or of a session: what begin

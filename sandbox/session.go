@@ -1,19 +1,11 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	_ "embed"
-	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	iofs "io/fs"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,29 +13,10 @@ import (
 	"time"
 
 	"github.com/spf13/afero"
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/internal/errnoshim"
-	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 )
-
-//go:embed driver.py
-var driverOnly string
-
-// driverSource is what a session's interpreter runs: the start-up code
-// every Python run gets (startup.py), then the driver. The base image's
-// cache name covers it (baseFileName).
-var driverSource = startupSource + driverOnly
-
-// ControlPath is where a session's driver writes the outcome of each run:
-// an in-memory directory of fumehood's own. Mounts may not use it.
-const ControlPath = "/.fumehood"
 
 // Errors of sessions.
 var (
@@ -59,33 +32,6 @@ var (
 	// The error is an *OpenFileError naming the descriptor and its path.
 	ErrOpenFiles = errors.New("sandbox: an open file cannot be carried over")
 )
-
-// Exception is a Python exception that ended a session run. The session
-// goes on; the exception's traceback was also written to the run's stderr.
-// The host cuts each of Type, Message and Traceback to at most the run's
-// MaxOutput bytes, as it cuts Result.Value.
-type Exception struct {
-	// Type is the exception's class, qualified by its module unless it is
-	// a builtin or defined by the session's code: "ZeroDivisionError",
-	// "json.decoder.JSONDecodeError".
-	Type string `json:"type"`
-	// Message is str() of the exception.
-	Message string `json:"message"`
-	// Traceback is the formatted traceback, as Python prints it, without
-	// the driver's own frames.
-	Traceback string `json:"traceback"`
-	// Truncated reports that Type, Message or Traceback was cut to
-	// MaxOutput bytes.
-	Truncated bool `json:"truncated,omitempty"`
-}
-
-// Error implements error: "python: Type: message".
-func (e *Exception) Error() string {
-	if e.Message == "" {
-		return "python: " + e.Type
-	}
-	return "python: " + e.Type + ": " + e.Message
-}
 
 // Session is a live Python interpreter whose state (variables, imports,
 // functions, files in its in-memory root) lasts from one run to the next.
@@ -138,221 +84,6 @@ type Session struct {
 	sendEnv bool          // send the environment with the next run
 	rand    io.Reader     // the session's random source
 }
-
-// instance is one wazero instance of the session build and the host side
-// of its stdin, which pauses and resumes it.
-type instance struct {
-	mod api.Module
-	mem *memoryAllocator
-
-	unwind, stopUnwind, rewind, stopRewind, start api.Function
-	fuelGlobal, errnoGlobal                       api.MutableGlobal
-	stack                                         stackPointer
-
-	// Set for the current call into the guest.
-	ctx       context.Context
-	run       *runState
-	stdout    switchWriter
-	stderr    switchWriter
-	buf       uint32 // the asyncify buffer
-	pending   []byte // the request not yet read by the driver
-	userIn    io.Reader
-	resultAt  string // control file the driver writes the outcome to
-	ctl       afero.Fs
-	rewinding bool
-	unwinding bool
-	failed    error // an error of the pause machinery itself
-}
-
-// switchWriter sends the guest's output to the current run's capture.
-type switchWriter struct{ w io.Writer }
-
-func (s *switchWriter) Write(p []byte) (int, error) {
-	if s.w == nil {
-		return len(p), nil
-	}
-	return s.w.Write(p)
-}
-
-// Read is the guest's stdin. During a run it hands the driver its request;
-// then, until the driver has written the run's outcome, it serves the
-// user's code (the run's Config.Stdin, else end of file); once the outcome
-// is written, the driver's read for the next request pauses the guest.
-func (in *instance) Read(p []byte) (int, error) {
-	if in.rewinding {
-		in.rewinding = false
-		if _, err := in.stopRewind.Call(in.ctx); err != nil {
-			in.failed = err
-			return 0, err
-		}
-	}
-	if len(in.pending) > 0 {
-		n := copy(p, in.pending)
-		in.pending = in.pending[n:]
-		if len(in.pending) == 0 {
-			in.pending = nil
-		}
-		return n, nil
-	}
-	if in.resultAt != "" {
-		if _, err := in.ctl.Stat(strings.TrimPrefix(in.resultAt, ControlPath)); err != nil {
-			// The run's code reads stdin.
-			if in.userIn == nil {
-				return 0, io.EOF
-			}
-			return in.userIn.Read(p)
-		}
-	}
-	return 0, in.pause()
-}
-
-// pause unwinds the guest's stack into the asyncify buffer: fd_read
-// returns, then every function up to _start returns.
-func (in *instance) pause() error {
-	mem := in.mod.Memory()
-	if in.buf == 0 {
-		pages, ok := mem.Grow(asyncBufSize / wasmPage)
-		if !ok {
-			in.failed = fmt.Errorf("%w: no room for the session's pause buffer", ErrMemoryLimit)
-			return in.failed
-		}
-		in.buf = pages * wasmPage
-	}
-	if !mem.WriteUint32Le(in.buf, in.buf+8) || !mem.WriteUint32Le(in.buf+4, in.buf+asyncBufSize) {
-		in.failed = errors.New("sandbox: the pause buffer is outside memory")
-		return in.failed
-	}
-	if _, err := in.unwind.Call(in.ctx, uint64(in.buf)); err != nil {
-		in.failed = err
-		return err
-	}
-	in.unwinding = true
-	return nil
-}
-
-// call runs the guest until it pauses again: from _start at base-image
-// time, else rewinding into the read it paused in.
-func (in *instance) call(ctx context.Context, r *runState, budget int64, sink *errnoSink, rewind bool) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("sandbox: internal error: %v", p)
-		}
-	}()
-	ctx = context.WithValue(ctx, runKey{}, r)
-	in.ctx, in.run, in.failed, in.unwinding = ctx, r, nil, false
-	defer func() { in.ctx, in.run = nil, nil }()
-	defer r.supervise(ctx, in.fuelGlobal, in.errnoGlobal, budget, sink)()
-	if rewind {
-		in.rewinding = true
-		if _, err := in.rewind.Call(ctx, uint64(in.buf)); err != nil {
-			return err
-		}
-	}
-	_, err = in.start.Call(ctx)
-	err = in.stack.check(in.mod, err)
-	if err == nil && in.failed != nil {
-		err = in.failed
-	}
-	if err == nil && !in.unwinding {
-		err = errors.New("sandbox: the session driver exited")
-	}
-	if err != nil {
-		return err
-	}
-	in.unwinding = false
-	_, err = in.stopUnwind.Call(ctx)
-	return err
-}
-
-func (in *instance) close() {
-	if in != nil && in.mod != nil {
-		in.mod.Close(context.Background())
-		in.mod = nil
-	}
-}
-
-// linear returns the instance's memory as a byte slice.
-func (in *instance) linear() []byte { return in.mem.mem.buf }
-
-// newInstance instantiates the session build with the session's I/O. It
-// does not start it.
-func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *sessionClock, rnd io.Reader, env map[string]string, args []string, memLimit, reserve uint64) (*instance, error) {
-	in := &instance{mem: &memoryAllocator{limit: memLimit, reserve: reserve}, stack: g.stack}
-	mc := wazero.NewModuleConfig().
-		WithName("").
-		WithStartFunctions().
-		WithArgs(args...).
-		WithStdin(in).
-		WithStdout(&in.stdout).
-		WithStderr(&in.stderr).
-		WithOsyield(func() {}).
-		WithWalltime(clocks.walltime, sys.ClockResolution(1000)).
-		WithNanotime(clocks.nanotime, sys.ClockResolution(1)).
-		WithNanosleep(clocks.sleep).
-		WithRandSource(rnd).
-		WithFSConfig(fscfg)
-	for _, k := range sortedKeys(env) {
-		mc = mc.WithEnv(k, env[k])
-	}
-	mod, err := g.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, in.mem), g.compiled, mc)
-	if err != nil {
-		if g.isClosed() {
-			return nil, ErrClosed
-		}
-		return nil, fmt.Errorf("sandbox: instantiating the session: %w", err)
-	}
-	in.mod = mod
-	for name, f := range map[string]*api.Function{
-		"asyncify_start_unwind": &in.unwind, "asyncify_stop_unwind": &in.stopUnwind,
-		"asyncify_start_rewind": &in.rewind, "asyncify_stop_rewind": &in.stopRewind, "_start": &in.start,
-	} {
-		if *f = mod.ExportedFunction(name); *f == nil {
-			mod.Close(ctx)
-			return nil, fmt.Errorf("%w: the session build exports no %s", ErrInvalidModule, name)
-		}
-	}
-	in.fuelGlobal, _ = mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
-	in.errnoGlobal, _ = mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)
-	return in, nil
-}
-
-// sessionClock gives an instance the clocks of whichever run is current.
-// Between runs nothing reads them.
-type sessionClock struct {
-	s     *Session // nil while a base image is taken: a fixed clock
-	in    **instance
-	start time.Time
-}
-
-func (c *sessionClock) current() *runState {
-	if c.in == nil || *c.in == nil {
-		return nil
-	}
-	return (*c.in).run
-}
-
-func (c *sessionClock) walltime() (int64, int32) {
-	if r := c.current(); r != nil && r.walltime != nil {
-		return r.walltime()
-	}
-	return DeterministicEpoch.Unix(), 0
-}
-
-func (c *sessionClock) nanotime() int64 {
-	if r := c.current(); r != nil && r.nanotime != nil {
-		return r.nanotime()
-	}
-	return 0
-}
-
-func (c *sessionClock) sleep(ns int64) {
-	if r := c.current(); r != nil && r.sleep != nil {
-		r.sleep(ns)
-	}
-}
-
-// driverArgs are the interpreter's arguments in a session.
-func driverArgs() []string { return []string{"python", "-u", "-B", "-c", driverSource} }
 
 // NewSession starts a session: a fresh interpreter from the guest's base
 // image for the session's mount layout (taken at the first NewSession of
@@ -438,119 +169,6 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	return s, nil
 }
 
-// maxEnvBytes bounds a session's environment, keys and values: half of
-// what a snapshot's header may hold.
-const maxEnvBytes = snapshot.MaxHeader / 2
-
-// checkEnv checks a session's environment: valid names and values, and no
-// more than a snapshot's header can hold, so that every session can be
-// snapshotted.
-func checkEnv(env map[string]string) error {
-	n := 0
-	for _, k := range sortedKeys(env) {
-		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(env[k]), 0) >= 0 {
-			return fmt.Errorf("sandbox: invalid environment variable %q", k)
-		}
-		n += len(k) + len(env[k])
-	}
-	if len(env) > snapshot.MaxEnv || n > maxEnvBytes {
-		return fmt.Errorf("sandbox: an environment of %d variables and %d bytes (at most %d and %d)", len(env), n, snapshot.MaxEnv, maxEnvBytes)
-	}
-	return nil
-}
-
-// deriveSeed gives the random stream of a resumed deterministic session:
-// from its seed and its run count, so that it does not replay the stream
-// the session started with, and is the same on every resume of the same
-// snapshot.
-func deriveSeed(seed uint64, runs int64) uint64 {
-	var b [8 + 8 + 24]byte
-	binary.LittleEndian.PutUint64(b[:], seed)
-	binary.LittleEndian.PutUint64(b[8:], uint64(runs))
-	copy(b[16:], "fumehood resumed session")
-	sum := sha256.Sum256(b[:])
-	return binary.LittleEndian.Uint64(sum[:])
-}
-
-func hasPrefixPath(p, dir string) bool {
-	return len(p) > len(dir) && p[:len(dir)] == dir && p[len(dir)] == '/'
-}
-
-// buildBase starts the interpreter in a stand-in of the layout (empty
-// in-memory filesystems at the same paths), deterministically, and keeps
-// its state at the driver's first read.
-func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseImage, error) {
-	var mounts []Mount
-	for _, m := range layout {
-		fs := afero.NewMemMapFs()
-		if m.Path == "/" {
-			if err := makeRoot(fs); err != nil {
-				return nil, err
-			}
-		}
-		// Start-up records what it stats (the import system keeps the
-		// times of directories), so every time is fixed.
-		if err := afero.Walk(fs, "/", func(p string, _ iofs.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			return fs.Chtimes(p, DeterministicEpoch, DeterministicEpoch)
-		}); err != nil {
-			return nil, err
-		}
-		mounts = append(mounts, Mount{Path: m.Path, FS: fs, ReadOnly: m.ReadOnly})
-	}
-	sb, err := g.newSandbox(&Config{Mounts: mounts}, true)
-	if err != nil {
-		return nil, err
-	}
-	var in *instance
-	clock := &sessionClock{in: &in}
-	in, err = g.newInstance(ctx, sb.fscfg, clock, seededRand(0), map[string]string{"PYTHONHASHSEED": "0"}, driverArgs(), DefaultMemoryLimit, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer in.close()
-	r := &runState{ctx: ctx}
-	r.setClocks(ctx, true, 0, nil)
-	var stderr bytes.Buffer
-	in.stderr.w = &stderr
-	if err := in.call(ctx, r, DefaultFuel, &sb.errno, false); err != nil {
-		return nil, fmt.Errorf("sandbox: starting the session interpreter: %w (stderr: %q)", err, stderr.String())
-	}
-	mem := bytes.Clone(in.linear())
-	globals := getGlobals(in.mod, g.globals)
-	b := &baseImage{layout: layoutKey(layout), mem: mem, globals: globals, buf: in.buf}
-	b.digest = digestImage(mem, globals, in.buf)
-
-	if err := g.freshPages(ctx, b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// freshPages finds the pages a restore must write: those where the base
-// image differs from the memory of a freshly instantiated module.
-func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
-	var in *instance
-	fresh, err := g.newInstance(ctx, wazero.NewFSConfig(), &sessionClock{in: &in}, seededRand(0), nil, driverArgs(), DefaultMemoryLimit, 0)
-	if err != nil {
-		return err
-	}
-	defer fresh.close()
-	fm := fresh.linear()
-	for i := 0; i < len(b.mem)/pageSize; i++ {
-		ref := zeroPage
-		if (i+1)*pageSize <= len(fm) {
-			ref = fm[i*pageSize : (i+1)*pageSize]
-		}
-		if !bytes.Equal(b.page(i), ref) {
-			b.fresh = append(b.fresh, uint32(i))
-		}
-	}
-	return nil
-}
-
 // instantiate gives the session a new instance holding its checkpoint and
 // its open descriptors (s.fds, left holding those it opened again). When
 // strict, a descriptor it cannot open again is an error (an
@@ -575,25 +193,6 @@ func (s *Session) instantiate(ctx context.Context, strict bool) error {
 	s.fds = kept
 	s.inst = in
 	return nil
-}
-
-// request is what the driver reads for one run.
-type request struct {
-	Code     *string           `json:"code,omitempty"`
-	N        int64             `json:"n"`
-	Result   string            `json:"result"`
-	Seed     string            `json:"seed,omitempty"`
-	Env      map[string]string `json:"env"` // not omitempty: {} clears the base image's environment
-	MaxValue int               `json:"max_value"`
-	// Path is put at the front of sys.path, and Site names directories
-	// whose sitecustomize module is run: the fumehood module's, sent with
-	// the environment.
-	Path []string `json:"path,omitempty"`
-	Site []string `json:"site,omitempty"`
-	// Mounts describes the session's mounts and their byte quotas to the
-	// start-up code (Sandbox.mountQuotas), sent with the environment and
-	// the seed.
-	Mounts string `json:"mounts,omitempty"`
 }
 
 // Run runs Python code in the session and waits for it to finish. When the
@@ -685,38 +284,6 @@ func (s *Session) setStopRun(cancel context.CancelFunc) {
 	s.stopMu.Unlock()
 }
 
-// request builds the driver's request for a run of code (nil: none) whose
-// texts are capped at maxOut, and its JSON.
-func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
-	var nonce [8]byte
-	rand.Read(nonce[:])
-	req := request{Code: code, N: s.runs + 1, Result: ControlPath + "/result-" + hex.EncodeToString(nonce[:]), MaxValue: maxOut}
-	if s.sendEnv {
-		req.Env = s.env
-		if req.Env == nil {
-			req.Env = map[string]string{}
-		}
-		if host := s.sb.host; host != nil {
-			req.Path = []string{path.Join(HostMountPath, hostcall.PythonPath)}
-			if host.HasNetwork() {
-				req.Site = []string{path.Join(HostMountPath, hostcall.PythonSitePath)}
-			}
-		}
-	}
-	if s.sendEnv || s.reseed {
-		// A new session, a fork or a resume (whose mounts' quotas may
-		// differ from the saved session's).
-		req.Mounts = s.sb.quotas
-	}
-	if s.reseed {
-		var seed [32]byte
-		io.ReadFull(s.rand, seed[:])
-		req.Seed = hex.EncodeToString(seed[:])
-	}
-	body, err := json.Marshal(&req)
-	return req, body, err
-}
-
 // checkpoint makes the state the run left in the instance the one a
 // stopped run rolls back to.
 func (s *Session) checkpoint(in *instance) {
@@ -738,16 +305,6 @@ func (s *Session) rollback(ctx context.Context) {
 	s.inst = nil
 	if err := s.instantiate(context.WithoutCancel(ctx), false); err != nil {
 		s.closeLocked(fmt.Errorf("rolling back after a stopped run: %w", err))
-	}
-}
-
-// clearControl empties the control directory: the outcome just read, and
-// anything the guest's code put there, which could otherwise fill its
-// quota and stop the driver from reporting the next run.
-func (s *Session) clearControl() {
-	entries, _ := s.sb.ReadDir(ControlPath)
-	for _, e := range entries {
-		s.sb.RemoveAll(path.Join(ControlPath, e.Name()))
 	}
 }
 

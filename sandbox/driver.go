@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+
+	"github.com/fumehood/fumehood/internal/snapshot"
+	"github.com/fumehood/fumehood/wasi/hostcall"
+)
+
+// startupSource is fumehood's start-up code, run before the code of every
+// Python run (see startup.py); runnerSource runs a one-shot run's code.
+var (
+	//go:embed startup.py
+	startupCore string
+	//go:embed startup_patches.py
+	startupPatches string
+	//go:embed startup_thread.py
+	startupThread string
+	//go:embed startup_pwd.py
+	startupPwd string
+	//go:embed runner.py
+	runnerSource string
+
+	startupSource = startupLazy() + startupCore
+)
+
+// startupLazy is the Python statement that gives startup.py the sources it
+// compiles only when they are needed: a JSON string is a Python string
+// literal.
+func startupLazy() string {
+	b, err := json.Marshal(map[string]string{
+		"patches":                   startupPatches,
+		"concurrent.futures.thread": startupThread,
+		"pwd":                       startupPwd,
+	})
+	if err != nil {
+		panic(err) // strings always marshal
+	}
+	return "_fumehood_lazy = " + string(b) + "\n"
+}
+
+// oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
+// the start-up code and the runner, which name their functions' code
+// "<fumehood>" so that their frames are not mistaken for the user's code.
+const oneShotBootstrap = "exec(__import__('sys').argv[1])"
+
+// oneShotArgs are the interpreter's arguments for running code one-shot
+// under name (default "<string>") in a sandbox whose mounts quotas
+// describes (Sandbox.mountQuotas), before the program's own arguments.
+//
+// -u: unbuffered, so output written before a stop is kept.
+// -B: never write .pyc files.
+func oneShotArgs(code, name, quotas string) []string {
+	if name == "" {
+		name = "<string>"
+	}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
+}
+
+//go:embed driver.py
+var driverOnly string
+
+// driverSource is what a session's interpreter runs: the start-up code
+// every Python run gets (startup.py), then the driver. The base image's
+// cache name covers it (baseFileName).
+var driverSource = startupSource + driverOnly
+
+// ControlPath is where a session's driver writes the outcome of each run:
+// an in-memory directory of fumehood's own. Mounts may not use it.
+const ControlPath = "/.fumehood"
+
+// driverArgs are the interpreter's arguments in a session.
+func driverArgs() []string { return []string{"python", "-u", "-B", "-c", driverSource} }
+
+// request is what the driver reads for one run.
+type request struct {
+	Code     *string           `json:"code,omitempty"`
+	N        int64             `json:"n"`
+	Result   string            `json:"result"`
+	Seed     string            `json:"seed,omitempty"`
+	Env      map[string]string `json:"env"` // not omitempty: {} clears the base image's environment
+	MaxValue int               `json:"max_value"`
+	// Path is put at the front of sys.path, and Site names directories
+	// whose sitecustomize module is run: the fumehood module's, sent with
+	// the environment.
+	Path []string `json:"path,omitempty"`
+	Site []string `json:"site,omitempty"`
+	// Mounts describes the session's mounts and their byte quotas to the
+	// start-up code (Sandbox.mountQuotas), sent with the environment and
+	// the seed.
+	Mounts string `json:"mounts,omitempty"`
+}
+
+// request builds the driver's request for a run of code (nil: none) whose
+// texts are capped at maxOut, and its JSON.
+func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	req := request{Code: code, N: s.runs + 1, Result: ControlPath + "/result-" + hex.EncodeToString(nonce[:]), MaxValue: maxOut}
+	if s.sendEnv {
+		req.Env = s.env
+		if req.Env == nil {
+			req.Env = map[string]string{}
+		}
+		if host := s.sb.host; host != nil {
+			req.Path = []string{path.Join(HostMountPath, hostcall.PythonPath)}
+			if host.HasNetwork() {
+				req.Site = []string{path.Join(HostMountPath, hostcall.PythonSitePath)}
+			}
+		}
+	}
+	if s.sendEnv || s.reseed {
+		// A new session, a fork or a resume (whose mounts' quotas may
+		// differ from the saved session's).
+		req.Mounts = s.sb.quotas
+	}
+	if s.reseed {
+		var seed [32]byte
+		io.ReadFull(s.rand, seed[:])
+		req.Seed = hex.EncodeToString(seed[:])
+	}
+	body, err := json.Marshal(&req)
+	return req, body, err
+}
+
+// clearControl empties the control directory: the outcome just read, and
+// anything the guest's code put there, which could otherwise fill its
+// quota and stop the driver from reporting the next run.
+func (s *Session) clearControl() {
+	entries, _ := s.sb.ReadDir(ControlPath)
+	for _, e := range entries {
+		s.sb.RemoveAll(path.Join(ControlPath, e.Name()))
+	}
+}
+
+// maxEnvBytes bounds a session's environment, keys and values: half of
+// what a snapshot's header may hold.
+const maxEnvBytes = snapshot.MaxHeader / 2
+
+// checkEnv checks a session's environment: valid names and values, and no
+// more than a snapshot's header can hold, so that every session can be
+// snapshotted.
+func checkEnv(env map[string]string) error {
+	n := 0
+	for _, k := range sortedKeys(env) {
+		if k == "" || bytes.ContainsAny([]byte(k), "=\x00") || bytes.IndexByte([]byte(env[k]), 0) >= 0 {
+			return fmt.Errorf("sandbox: invalid environment variable %q", k)
+		}
+		n += len(k) + len(env[k])
+	}
+	if len(env) > snapshot.MaxEnv || n > maxEnvBytes {
+		return fmt.Errorf("sandbox: an environment of %d variables and %d bytes (at most %d and %d)", len(env), n, snapshot.MaxEnv, maxEnvBytes)
+	}
+	return nil
+}
+
+// deriveSeed gives the random stream of a resumed deterministic session:
+// from its seed and its run count, so that it does not replay the stream
+// the session started with, and is the same on every resume of the same
+// snapshot.
+func deriveSeed(seed uint64, runs int64) uint64 {
+	var b [8 + 8 + 24]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	binary.LittleEndian.PutUint64(b[8:], uint64(runs))
+	copy(b[16:], "fumehood resumed session")
+	sum := sha256.Sum256(b[:])
+	return binary.LittleEndian.Uint64(sum[:])
+}
+
+func hasPrefixPath(p, dir string) bool {
+	return len(p) > len(dir) && p[:len(dir)] == dir && p[len(dir)] == '/'
+}
