@@ -141,34 +141,9 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.TotalFuel < 0 {
-		return nil, fmt.Errorf("sandbox: negative TotalFuel %d", c.TotalFuel)
-	}
-	for _, k := range sortedKeys(c.Env) {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(c.Env[k], 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: invalid environment variable %q", k)
-		}
-	}
-	hasRoot := false
-	seen := map[string]bool{}
-	for _, m := range c.Mounts {
-		if !path.IsAbs(m.Path) || path.Clean(m.Path) != m.Path || strings.IndexByte(m.Path, 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: mount path %q is not an absolute, clean path", m.Path)
-		}
-		if m.FS == nil {
-			return nil, fmt.Errorf("sandbox: mount %s has no filesystem", m.Path)
-		}
-		if seen[m.Path] {
-			return nil, fmt.Errorf("sandbox: two mounts at %s", m.Path)
-		}
-		if m.Path == HostMountPath && !session {
-			return nil, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
-		}
-		if g.stdlib != nil && (m.Path == StdlibPath || hasPrefixPath(m.Path, StdlibPath)) {
-			return nil, fmt.Errorf("sandbox: %s is reserved for the Python guest's standard library", m.Path)
-		}
-		seen[m.Path] = true
-		hasRoot = hasRoot || m.Path == "/"
+	hasRoot, err := g.checkConfig(&c, session)
+	if err != nil {
+		return nil, err
 	}
 	mounts := c.Mounts
 	if !hasRoot {
@@ -228,6 +203,42 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	s.fscfg = fscfg.(wazero.FSConfig)
 	s.quotas = s.mountQuotas()
 	return s, nil
+}
+
+// checkConfig checks a sandbox's Config but its Limits, and reports
+// whether a mount replaces the in-memory root. For sessions (session set),
+// a mount may stand in for the host-call channel while a base image is
+// taken.
+func (g *Guest) checkConfig(c *Config, session bool) (hasRoot bool, _ error) {
+	if c.TotalFuel < 0 {
+		return false, fmt.Errorf("sandbox: negative TotalFuel %d", c.TotalFuel)
+	}
+	for _, k := range sortedKeys(c.Env) {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(c.Env[k], 0) >= 0 {
+			return false, fmt.Errorf("sandbox: invalid environment variable %q", k)
+		}
+	}
+	seen := map[string]bool{}
+	for _, m := range c.Mounts {
+		if !path.IsAbs(m.Path) || path.Clean(m.Path) != m.Path || strings.IndexByte(m.Path, 0) >= 0 {
+			return false, fmt.Errorf("sandbox: mount path %q is not an absolute, clean path", m.Path)
+		}
+		if m.FS == nil {
+			return false, fmt.Errorf("sandbox: mount %s has no filesystem", m.Path)
+		}
+		if seen[m.Path] {
+			return false, fmt.Errorf("sandbox: two mounts at %s", m.Path)
+		}
+		if m.Path == HostMountPath && !session {
+			return false, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
+		}
+		if g.stdlib != nil && (m.Path == StdlibPath || hasPrefixPath(m.Path, StdlibPath)) {
+			return false, fmt.Errorf("sandbox: %s is reserved for the Python guest's standard library", m.Path)
+		}
+		seen[m.Path] = true
+		hasRoot = hasRoot || m.Path == "/"
+	}
+	return hasRoot, nil
 }
 
 // mountQuotas describes the sandbox's mounts to the guest's start-up code,

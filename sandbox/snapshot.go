@@ -197,45 +197,20 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 		return nil, ErrNoSessions
 	}
 	c := *c0(cfg)
-	limits, err := c.Limits.resolve()
+	lim, err := resumeLimits(&c)
 	if err != nil {
 		return nil, err
 	}
-	lim := snapshot.Limits{MaxMemory: uint64(limits.Memory), MaxFileBytes: c.RootQuota.MaxBytes, MaxFiles: c.RootQuota.MaxFiles}
-	if c.RootQuota.MaxBytes == 0 && c.RootQuota.MaxFiles == 0 {
-		lim.MaxFileBytes, lim.MaxFiles = DefaultRootQuota.MaxBytes, DefaultRootQuota.MaxFiles
-	}
-	if lim.MaxFileBytes == 0 {
-		lim.MaxFileBytes = 1 << 40
-	}
-	if lim.MaxFiles == 0 {
-		lim.MaxFiles = 1 << 24
-	}
-	// The most a snapshot within those limits can take: Decode reads no
-	// more than that, as a stream, and checks the header (at most
-	// snapshot.MaxHeader) before it reads the rest.
-	lim.MaxSize = int64(lim.MaxMemory) + min(lim.MaxFileBytes, 1<<40) + min(lim.MaxFiles, 1<<24)*8192 + snapshot.MaxHeader + 1<<16
 	snap, err := snapshot.Decode(r, lim)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: resume: %w", err)
 	}
 	h := &snap.Header
-	if h.Guest != g.id {
-		return nil, fmt.Errorf("sandbox: resume: %w: it needs build %.12s, this guest is %.12s", ErrSnapshotGuest, h.Guest, g.id)
-	}
-	if err := checkEnv(h.Env); err != nil {
-		return nil, fmt.Errorf("sandbox: resume: %w: %w", ErrSnapshotCorrupt, err)
+	root, err := g.checkHeader(h)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: resume: %w", err)
 	}
 	c.Env, c.Deterministic, c.Seed = h.Env, h.Deterministic, h.Seed
-	var root int = -1
-	for i, m := range h.Mounts {
-		if m.InMemory {
-			if m.Path != "/" || i != 0 {
-				return nil, fmt.Errorf("sandbox: resume: %w: in-memory mount %d at %s", ErrSnapshotCorrupt, i, m.Path)
-			}
-			root = i
-		}
-	}
 	fill := func(fsys afero.Fs) error {
 		if root < 0 {
 			return fmt.Errorf("sandbox: resume: %w: the snapshot's root is a mount, this session's is in memory", ErrSnapshotLayout)
@@ -260,24 +235,9 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 	if err != nil {
 		return fail(err)
 	}
-	if h.Base != base.digest {
-		return fail(fmt.Errorf("%w: its base image %.12s differs from this build's %.12s (another session driver)", ErrSnapshotGuest, h.Base, base.digest))
-	}
-	if h.AsyncifyBuffer != base.buf || h.MemorySize < uint64(len(base.mem)) {
-		return fail(fmt.Errorf("%w: pause buffer or memory size does not fit the base image", ErrSnapshotCorrupt))
-	}
-	if len(h.Globals) != len(g.globals) {
-		return fail(fmt.Errorf("%w: %d globals, the guest has %d", ErrSnapshotCorrupt, len(h.Globals), len(g.globals)))
-	}
-	ck := &checkpoint{size: h.MemorySize, pages: make([][]byte, h.MemorySize/pageSize)}
-	for i, gl := range h.Globals {
-		if gl.Name != g.globals[i] {
-			return fail(fmt.Errorf("%w: global %q where %q belongs", ErrSnapshotCorrupt, gl.Name, g.globals[i]))
-		}
-		ck.globals = append(ck.globals, gl.Value)
-	}
-	for _, p := range snap.Pages {
-		ck.pages[p.Index] = p.Data
+	ck, err := g.checkSnapshot(snap, base)
+	if err != nil {
+		return fail(err)
 	}
 	s.base, s.ckpt = base, ck
 	s.runs, s.sb.fuelUsed, s.slept = h.Runs, h.FuelUsed, time.Duration(h.ClockNanos)
@@ -292,6 +252,78 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 		return fail(err)
 	}
 	return s, nil
+}
+
+// resumeLimits are the bounds of a snapshot a session of Config c can
+// resume: its memory limit and its root's quota.
+func resumeLimits(c *Config) (snapshot.Limits, error) {
+	limits, err := c.Limits.resolve()
+	if err != nil {
+		return snapshot.Limits{}, err
+	}
+	lim := snapshot.Limits{MaxMemory: uint64(limits.Memory), MaxFileBytes: c.RootQuota.MaxBytes, MaxFiles: c.RootQuota.MaxFiles}
+	if c.RootQuota.MaxBytes == 0 && c.RootQuota.MaxFiles == 0 {
+		lim.MaxFileBytes, lim.MaxFiles = DefaultRootQuota.MaxBytes, DefaultRootQuota.MaxFiles
+	}
+	if lim.MaxFileBytes == 0 {
+		lim.MaxFileBytes = 1 << 40
+	}
+	if lim.MaxFiles == 0 {
+		lim.MaxFiles = 1 << 24
+	}
+	// The most a snapshot within those limits can take: Decode reads no
+	// more than that, as a stream, and checks the header (at most
+	// snapshot.MaxHeader) before it reads the rest.
+	lim.MaxSize = int64(lim.MaxMemory) + min(lim.MaxFileBytes, 1<<40) + min(lim.MaxFiles, 1<<24)*8192 + snapshot.MaxHeader + 1<<16
+	return lim, nil
+}
+
+// checkHeader checks what a snapshot's header says before a session is
+// prepared for it: the guest build, the environment and where its
+// in-memory root is (its index among the mounts, -1 for none).
+func (g *Guest) checkHeader(h *snapshot.Header) (root int, _ error) {
+	if h.Guest != g.id {
+		return -1, fmt.Errorf("%w: it needs build %.12s, this guest is %.12s", ErrSnapshotGuest, h.Guest, g.id)
+	}
+	if err := checkEnv(h.Env); err != nil {
+		return -1, fmt.Errorf("%w: %w", ErrSnapshotCorrupt, err)
+	}
+	root = -1
+	for i, m := range h.Mounts {
+		if m.InMemory {
+			if m.Path != "/" || i != 0 {
+				return -1, fmt.Errorf("%w: in-memory mount %d at %s", ErrSnapshotCorrupt, i, m.Path)
+			}
+			root = i
+		}
+	}
+	return root, nil
+}
+
+// checkSnapshot checks a snapshot against the base image of its layout
+// and the guest's globals, and returns its state as a checkpoint.
+func (g *Guest) checkSnapshot(snap *snapshot.Snapshot, base *baseImage) (*checkpoint, error) {
+	h := &snap.Header
+	if h.Base != base.digest {
+		return nil, fmt.Errorf("%w: its base image %.12s differs from this build's %.12s (another session driver)", ErrSnapshotGuest, h.Base, base.digest)
+	}
+	if h.AsyncifyBuffer != base.buf || h.MemorySize < uint64(len(base.mem)) {
+		return nil, fmt.Errorf("%w: pause buffer or memory size does not fit the base image", ErrSnapshotCorrupt)
+	}
+	if len(h.Globals) != len(g.globals) {
+		return nil, fmt.Errorf("%w: %d globals, the guest has %d", ErrSnapshotCorrupt, len(h.Globals), len(g.globals))
+	}
+	ck := &checkpoint{size: h.MemorySize, pages: make([][]byte, h.MemorySize/pageSize)}
+	for i, gl := range h.Globals {
+		if gl.Name != g.globals[i] {
+			return nil, fmt.Errorf("%w: global %q where %q belongs", ErrSnapshotCorrupt, gl.Name, g.globals[i])
+		}
+		ck.globals = append(ck.globals, gl.Value)
+	}
+	for _, p := range snap.Pages {
+		ck.pages[p.Index] = p.Data
+	}
+	return ck, nil
 }
 
 // describeLayout shows a mount layout in an error message.
