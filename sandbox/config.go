@@ -33,9 +33,9 @@ const maxMemory = 1 << 32
 // larger request or none leaves the sandbox's (see Lower). Guest.Run and
 // Guest.Exec run in a sandbox of their own, whose Limits are the run's.
 type Limits struct {
-	// Timeout bounds the run's wall time; a negative value (in a Config)
-	// means no bound beyond the context's. Time the guest spends sleeping
-	// counts.
+	// Timeout bounds the run's wall time; a negative value in a Config
+	// means no bound beyond the context's (in RunOptions, negative values
+	// are errors). Time the guest spends sleeping counts.
 	Timeout time.Duration
 	// Fuel is the run's CPU budget, in WebAssembly instructions executed;
 	// UnlimitedFuel lifts the bound.
