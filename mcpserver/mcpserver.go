@@ -87,11 +87,11 @@ type Options struct {
 	// call past it waits for a run to end, or for its own context to end.
 	MaxRuns int
 	// MemoryBudget bounds the guest memory of the whole server: every open
-	// session and every run_python in progress holds MemoryLimit of it. A
+	// session and every run_python in progress holds Limits.Memory of it. A
 	// session_create or session_restore past it is refused, as is a
 	// run_python when open sessions hold the budget; a run_python that
 	// only other run_python calls are in the way of waits for them. 0
-	// means (MaxSessions + MaxRuns) × MemoryLimit, which MaxSessions and
+	// means (MaxSessions + MaxRuns) × Limits.Memory, which MaxSessions and
 	// MaxRuns reach first: run_python stays possible with every session
 	// open.
 	MemoryBudget int64
@@ -475,7 +475,7 @@ func (s *Server) acquireRun(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// reserve takes MemoryLimit of the memory budget for a session (and a
+// reserve takes Limits.Memory of the memory budget for a session (and a
 // place among MaxSessions) or a throw-away run, checking and taking in one
 // step. When only other throw-away runs are in the way it waits for them
 // until ctx is done; when open sessions are, it fails at once. Give the

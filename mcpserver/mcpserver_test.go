@@ -256,7 +256,7 @@ func TestSessionCreateAtomic(t *testing.T) {
 }
 
 // TestMemoryBudget: open sessions and run_python calls in progress each
-// hold MemoryLimit of MemoryBudget; past it a call is refused.
+// hold Limits.Memory of MemoryBudget; past it a call is refused.
 func TestMemoryBudget(t *testing.T) {
 	py := testenv.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 128 << 20})

@@ -185,7 +185,7 @@ func TestCompatTracebacks(t *testing.T) {
 	assert.Contains(t, exc.Traceback, "standard library only")
 }
 
-// TestSessionPythonPath: PYTHONPATH from SessionConfig.Env reaches
+// TestSessionPythonPath: PYTHONPATH from Config.Env reaches
 // sys.path, after the script's directory, before the standard library.
 func TestSessionPythonPath(t *testing.T) {
 	ctx := context.Background()
