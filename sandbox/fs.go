@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/hostchan"
+
 	"github.com/spf13/afero"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -20,8 +22,8 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	sysapi "github.com/tetratelabs/wazero/sys"
 
+	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
@@ -135,7 +137,7 @@ type Sandbox struct {
 	order  []mounted // in preopen order
 	fscfg  wazero.FSConfig
 	errno  errnoSink
-	host   *hostcall.Server // nil without host functions or network
+	host   *hostchan.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at HostMountPath, with host
 	closed bool
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"path"
 
-	"github.com/tetratelabs/wazero/experimental/sysfs"
+	"github.com/fumehood/fumehood/internal/hostchan"
 
-	"github.com/fumehood/fumehood/wasi/hostcall"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
 )
 
 // HostMountPath is where a sandbox with host functions or a network policy
@@ -23,11 +23,11 @@ func (s *Sandbox) mountHost(c *SandboxConfig, fscfg sysfs.FSConfig) (sysfs.FSCon
 	if c.HostCalls == nil && c.Network == nil {
 		return fscfg, nil
 	}
-	srv, err := hostcall.NewServer(c.HostCalls, c.Network, c.Logger)
+	srv, err := hostchan.NewServer(c.HostCalls, c.Network, c.Logger)
 	if err != nil {
 		return nil, err
 	}
-	srv.ReportErrno(s.errno.report) // EMFILE past hostcall.MaxOpen
+	srv.ReportErrno(s.errno.report) // EMFILE past hostchan.MaxOpen
 	s.host, s.hostFS = srv, srv.FS()
 	return fscfg.WithSysFSMount(s.hostFS, HostMountPath).(sysfs.FSConfig), nil
 }
@@ -49,10 +49,10 @@ func (s *Sandbox) withHost(ctx context.Context, cfg *Config, python bool) (conte
 	if cfg != nil {
 		c = *cfg
 	}
-	pp := path.Join(HostMountPath, hostcall.PythonPath)
+	pp := path.Join(HostMountPath, hostchan.PythonPath)
 	if s.host.HasNetwork() {
 		// sitecustomize routes urllib and http.client through the policy.
-		pp += ":" + path.Join(HostMountPath, hostcall.PythonSitePath)
+		pp += ":" + path.Join(HostMountPath, hostchan.PythonSitePath)
 	}
 	if old := c.Env["PYTHONPATH"]; old != "" {
 		pp += ":" + old
@@ -63,13 +63,13 @@ func (s *Sandbox) withHost(ctx context.Context, cfg *Config, python bool) (conte
 
 // hostRun is the binding of one run to its sandbox's host-call server.
 type hostRun struct {
-	end func() hostcall.Stats
+	end func() hostchan.Stats
 }
 
 // beginHost binds the run whose context is ctx (carrying its deadline) to
 // the sandbox's host-call server, if it has one.
 func beginHost(ctx context.Context) (*hostRun, error) {
-	srv, _ := ctx.Value(hostKey{}).(*hostcall.Server)
+	srv, _ := ctx.Value(hostKey{}).(*hostchan.Server)
 	if srv == nil {
 		return nil, nil
 	}

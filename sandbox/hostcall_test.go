@@ -21,9 +21,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 

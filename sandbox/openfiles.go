@@ -6,11 +6,12 @@ import (
 	"io"
 	"path"
 
+	"github.com/fumehood/fumehood/internal/hostchan"
+
 	"github.com/tetratelabs/wazero/experimental/sys"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 )
 
 // OpenFileError reports a descriptor the guest holds open that a snapshot,
@@ -132,7 +133,7 @@ func (s *Session) describe(e fdEntry) (snapshot.Descriptor, *OpenFileError) {
 		// The host-call mount: the channel (a connection with nothing in
 		// flight between runs) or one of the module's read-only files.
 		d.Path, d.Read = rel, true
-		d.Write = rel == hostcall.ChannelFile
+		d.Write = rel == hostchan.ChannelFile
 		d.Dir, _ = e.file.IsDir()
 		if !d.Dir && !d.Write {
 			if off, errno := e.file.Seek(0, io.SeekCurrent); errno == 0 {

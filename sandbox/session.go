@@ -21,17 +21,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/hostchan"
+
 	"github.com/spf13/afero"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
@@ -726,9 +728,9 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 			req.Env = map[string]string{}
 		}
 		if host := s.sb.host; host != nil {
-			req.Path = []string{path.Join(HostMountPath, hostcall.PythonPath)}
+			req.Path = []string{path.Join(HostMountPath, hostchan.PythonPath)}
 			if host.HasNetwork() {
-				req.Site = []string{path.Join(HostMountPath, hostcall.PythonSitePath)}
+				req.Site = []string{path.Join(HostMountPath, hostchan.PythonSitePath)}
 			}
 		}
 	}
@@ -758,7 +760,7 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 		in.stdout.w, in.stderr.w, in.userIn, in.pending = nil, nil, nil, nil
 	}()
 
-	var endHost func() hostcall.Stats
+	var endHost func() hostchan.Stats
 	if s.sb.host != nil {
 		if endHost, err = s.sb.host.Begin(ctx); err != nil {
 			return nil, err

@@ -16,8 +16,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 )
 
 // PriceArgs are price's keyword arguments in Python. An unknown or

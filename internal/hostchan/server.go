@@ -1,4 +1,4 @@
-package hostcall
+package hostchan
 
 import (
 	"context"
@@ -13,14 +13,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/fumehood/fumehood/wasi/netpolicy"
-)
+	"github.com/fumehood/fumehood/hostcall"
 
-// Defaults applied when a Config leaves a limit zero.
-const (
-	DefaultMaxCalls         = 10_000
-	DefaultMaxRequestBytes  = 1 << 20
-	DefaultMaxResponseBytes = 1 << 20
+	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // httpHeaderRoom is what an HTTP request frame may hold beyond the
@@ -41,26 +36,12 @@ const (
 	maxMessageBytes = 2048
 )
 
-// Config lists the host functions a guest may call, and bounds the calls.
-type Config struct {
-	// Funcs maps each name the guest may call to its handler.
-	Funcs map[string]Handler
-	// MaxCalls bounds the calls of one run; 0 means DefaultMaxCalls.
-	MaxCalls int
-	// MaxRequestBytes bounds a call's encoded arguments; 0 means
-	// DefaultMaxRequestBytes.
-	MaxRequestBytes int
-	// MaxResponseBytes bounds a call's encoded result; 0 means
-	// DefaultMaxResponseBytes.
-	MaxResponseBytes int
-}
-
 // Server answers the requests a guest writes to the channel file: calls to
 // host functions and, with a network policy, HTTP requests. Mount FS in
 // the guest's filesystem and bind each run with Begin. A Server serves
 // one run at a time.
 type Server struct {
-	funcs                    map[string]Handler
+	funcs                    map[string]hostcall.Handler
 	maxCalls, maxReq, maxRes int
 	transport                *netpolicy.Transport // nil: no network
 	log                      *slog.Logger
@@ -151,8 +132,8 @@ type Stats struct {
 // NewServer makes a server for the functions of cfg (nil: none) and the
 // network policy (nil: no network). Every call and request is logged to
 // logger (nil: records are dropped).
-func NewServer(cfg *Config, network *netpolicy.Policy, logger *slog.Logger) (*Server, error) {
-	var c Config
+func NewServer(cfg *hostcall.Config, network *netpolicy.Policy, logger *slog.Logger) (*Server, error) {
+	var c hostcall.Config
 	if cfg != nil {
 		c = *cfg
 	}
@@ -160,10 +141,10 @@ func NewServer(cfg *Config, network *netpolicy.Policy, logger *slog.Logger) (*Se
 		return nil, errors.New("hostcall: negative limit")
 	}
 	s := &Server{
-		funcs:    make(map[string]Handler, len(c.Funcs)),
-		maxCalls: orDefault(c.MaxCalls, DefaultMaxCalls),
-		maxReq:   orDefault(c.MaxRequestBytes, DefaultMaxRequestBytes),
-		maxRes:   orDefault(c.MaxResponseBytes, DefaultMaxResponseBytes),
+		funcs:    make(map[string]hostcall.Handler, len(c.Funcs)),
+		maxCalls: orDefault(c.MaxCalls, hostcall.DefaultMaxCalls),
+		maxReq:   orDefault(c.MaxRequestBytes, hostcall.DefaultMaxRequestBytes),
+		maxRes:   orDefault(c.MaxResponseBytes, hostcall.DefaultMaxResponseBytes),
 		log:      logger,
 	}
 	for name, h := range c.Funcs {
@@ -315,7 +296,7 @@ func (s *Server) serve(header, body []byte) []byte {
 	}
 	if len(out) > s.MaxResponseFrameBytes() {
 		return errorFrame("limit", fmt.Errorf("%w: a response of %d bytes, the limit is %d",
-			ErrTooLarge, len(out), s.MaxResponseFrameBytes()))
+			hostcall.ErrTooLarge, len(out), s.MaxResponseFrameBytes()))
 	}
 	return out
 }
@@ -344,7 +325,7 @@ func (s *Server) call(r *run, req *request, size int) []byte {
 	if err != nil {
 		level = slog.LevelWarn
 		attrs = append(attrs, slog.String("error", err.Error()))
-		var p *PanicError
+		var p *hostcall.PanicError
 		if errors.As(err, &p) {
 			level = slog.LevelError
 			attrs = append(attrs, slog.String("panic", fmt.Sprint(p.Value)), slog.String("stack", string(p.Stack)))
@@ -359,14 +340,14 @@ func (s *Server) call(r *run, req *request, size int) []byte {
 
 func (s *Server) invoke(r *run, req *request, size int) (json.RawMessage, error) {
 	if r.calls > s.maxCalls {
-		return nil, fmt.Errorf("%w: the limit is %d per run", ErrTooManyCalls, s.maxCalls)
+		return nil, fmt.Errorf("%w: the limit is %d per run", hostcall.ErrTooManyCalls, s.maxCalls)
 	}
 	if size > s.maxReq {
-		return nil, fmt.Errorf("%w: a request of %d bytes, the limit is %d", ErrTooLarge, size, s.maxReq)
+		return nil, fmt.Errorf("%w: a request of %d bytes, the limit is %d", hostcall.ErrTooLarge, size, s.maxReq)
 	}
 	h, ok := s.funcs[req.Name]
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownFunction, clip(req.Name, maxEchoBytes))
+		return nil, fmt.Errorf("%w %q", hostcall.ErrUnknownFunction, clip(req.Name, maxEchoBytes))
 	}
 	args := req.Args
 	if len(args) == 0 {
@@ -380,7 +361,7 @@ func (s *Server) invoke(r *run, req *request, size int) (json.RawMessage, error)
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				done <- outcome{err: &PanicError{Function: req.Name, Value: v, Stack: debug.Stack()}}
+				done <- outcome{err: &hostcall.PanicError{Function: req.Name, Value: v, Stack: debug.Stack()}}
 			}
 		}()
 		res, err := h(r.ctx, args)
@@ -401,22 +382,22 @@ func (s *Server) invoke(r *run, req *request, size int) (json.RawMessage, error)
 		return nil, fmt.Errorf("hostcall: function %q returned a result JSON cannot encode: %w", req.Name, err)
 	}
 	if len(b) > s.maxRes {
-		return nil, fmt.Errorf("%w: a result of %d bytes, the limit is %d", ErrTooLarge, len(b), s.maxRes)
+		return nil, fmt.Errorf("%w: a result of %d bytes, the limit is %d", hostcall.ErrTooLarge, len(b), s.maxRes)
 	}
 	return b, nil
 }
 
 func kindOf(err error) string {
-	var p *PanicError
-	var a *ArgumentError
+	var p *hostcall.PanicError
+	var a *hostcall.ArgumentError
 	switch {
 	case errors.As(err, &p):
 		return "panic"
 	case errors.As(err, &a):
 		return "arguments"
-	case errors.Is(err, ErrUnknownFunction):
+	case errors.Is(err, hostcall.ErrUnknownFunction):
 		return "unknown"
-	case errors.Is(err, ErrTooManyCalls), errors.Is(err, ErrTooLarge):
+	case errors.Is(err, hostcall.ErrTooManyCalls), errors.Is(err, hostcall.ErrTooLarge):
 		return "limit"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "canceled"

@@ -1,4 +1,4 @@
-package hostcall
+package hostchan
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+
+	"github.com/fumehood/fumehood/hostcall"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,7 +25,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, max int) {
 		header, body, n, err := DecodeFrame(b, max)
 		if err != nil {
-			assert.True(t, errors.Is(err, ErrFrame) || errors.Is(err, ErrTooLarge), err)
+			assert.True(t, errors.Is(err, ErrFrame) || errors.Is(err, hostcall.ErrTooLarge), err)
 			assert.Zero(t, n)
 			return
 		}
@@ -53,7 +55,7 @@ func TestDecodeFramePartial(t *testing.T) {
 	assert.Equal(t, "xyz", string(b))
 
 	_, _, _, err = DecodeFrame(full, 9)
-	assert.ErrorIs(t, err, ErrTooLarge)
+	assert.ErrorIs(t, err, hostcall.ErrTooLarge)
 }
 
 // roundtrip writes a request frame to a fresh open of the channel, in
@@ -90,8 +92,8 @@ func roundtrip(t *testing.T, s *Server, header string, chunk int) (response, []b
 }
 
 func TestChannelServesFramesWrittenInPieces(t *testing.T) {
-	s, err := NewServer(&Config{Funcs: map[string]Handler{
-		"neg": Func(func(ctx context.Context, a struct{ N int }) (int, error) { return -a.N, nil }),
+	s, err := NewServer(&hostcall.Config{Funcs: map[string]hostcall.Handler{
+		"neg": hostcall.Func(func(ctx context.Context, a struct{ N int }) (int, error) { return -a.N, nil }),
 	}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 
@@ -116,7 +118,7 @@ func TestChannelServesFramesWrittenInPieces(t *testing.T) {
 }
 
 func TestChannelDropsAnOversizedFrame(t *testing.T) {
-	s, err := NewServer(&Config{MaxRequestBytes: 64, Funcs: map[string]Handler{
+	s, err := NewServer(&hostcall.Config{MaxRequestBytes: 64, Funcs: map[string]hostcall.Handler{
 		"ok": func(context.Context, json.RawMessage) (any, error) { return "fine", nil },
 	}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)

@@ -1,6 +1,6 @@
-// Package hostcall is the channel through which guest code calls the host:
-// Go functions registered by name, and HTTP requests made by the host under
-// a network policy (package netpolicy).
+// Package hostchan is the channel through which guest code calls the host:
+// the Go functions of a hostcall.Config, and HTTP requests the host makes
+// under a network policy (package netpolicy).
 //
 // The stock guest has no imports of fumehood's own, so the channel is a
 // file: a Server's FS (mounted by the sandbox at /dev/fumehood) holds the
@@ -23,10 +23,4 @@
 // panic in a handler reaches the guest as an error response (in Python, a
 // fumehood.CallError or fumehood.http.PolicyError), never as a crash of the
 // host.
-//
-// In Python:
-//
-//	import fumehood
-//	total = fumehood.call("add", a=40, b=2)
-//	r = fumehood.http.get("https://api.example.com/v1/items")
-package hostcall
+package hostchan

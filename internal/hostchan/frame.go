@@ -1,9 +1,11 @@
-package hostcall
+package hostchan
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/fumehood/fumehood/hostcall"
 )
 
 // A frame is one request or one response on the channel:
@@ -41,7 +43,7 @@ func DecodeFrame(b []byte, limit int) (header, body []byte, n int, err error) {
 		return nil, nil, 0, fmt.Errorf("%w: empty header", ErrFrame)
 	}
 	if h+l > uint64(max(limit, 0)) {
-		return nil, nil, 0, fmt.Errorf("%w: a frame of %d bytes, the limit is %d", ErrTooLarge, h+l, limit)
+		return nil, nil, 0, fmt.Errorf("%w: a frame of %d bytes, the limit is %d", hostcall.ErrTooLarge, h+l, limit)
 	}
 	end := frameHead + int(h+l)
 	if len(b) < end {
@@ -49,3 +51,6 @@ func DecodeFrame(b []byte, limit int) (header, body []byte, n int, err error) {
 	}
 	return b[frameHead : frameHead+int(h)], b[frameHead+int(h) : end], end, nil
 }
+
+// ErrNoRun reports a request while no run is bound to the server.
+var ErrNoRun = errors.New("hostcall: no run in progress")

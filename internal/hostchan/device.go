@@ -1,4 +1,4 @@
-package hostcall
+package hostchan
 
 import (
 	"embed"

@@ -50,8 +50,6 @@ var (
 	// ErrTooLarge reports a request or response past its size limit (kind
 	// "limit").
 	ErrTooLarge = errors.New("hostcall: too large")
-	// ErrNoRun reports a call while no run is bound to the server.
-	ErrNoRun = errors.New("hostcall: no run in progress")
 )
 
 // ArgumentError reports arguments that could not be decoded into a

@@ -1,4 +1,4 @@
-package hostcall
+package hostchan
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/fumehood/fumehood/hostcall"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,7 +22,7 @@ import (
 // arguments (so a response is as large as the request).
 func echoServer(t *testing.T) *Server {
 	t.Helper()
-	s, err := NewServer(&Config{Funcs: map[string]Handler{
+	s, err := NewServer(&hostcall.Config{Funcs: map[string]hostcall.Handler{
 		"echo": func(_ context.Context, args json.RawMessage) (any, error) { return args, nil },
 	}}, nil, nil)
 	require.NoError(t, err)
@@ -49,10 +51,10 @@ func echoFrame(size int) []byte {
 func TestChannelWritesWithoutReadingStayBounded(t *testing.T) {
 	s := echoServer(t)
 	bound := s.Usage().Bound
-	assert.Equal(t, int64(DefaultMaxRequestBytes+DefaultMaxResponseBytes+responseRoom), bound)
+	assert.Equal(t, int64(hostcall.DefaultMaxRequestBytes+hostcall.DefaultMaxResponseBytes+responseRoom), bound)
 	f := openChannel(t, s)
 	defer f.Close()
-	req := echoFrame(DefaultMaxRequestBytes - 100)
+	req := echoFrame(hostcall.DefaultMaxRequestBytes - 100)
 	n, errno := f.Write(req)
 	require.Zero(t, errno)
 	require.Equal(t, len(req), n)
@@ -67,7 +69,7 @@ func TestChannelWritesWithoutReadingStayBounded(t *testing.T) {
 	assert.Equal(t, 200, refused, "every request after the first waits for its answer to be read")
 	u := s.Usage()
 	assert.LessOrEqual(t, u.Peak, u.Bound)
-	assert.Greater(t, u.Held, int64(DefaultMaxRequestBytes-100), "the one answer is held")
+	assert.Greater(t, u.Held, int64(hostcall.DefaultMaxRequestBytes-100), "the one answer is held")
 
 	// Reading the answer frees it and lets the next request in.
 	h, _, _, err := DecodeFrame(readAll(t, f), 2<<20)
@@ -95,7 +97,7 @@ func TestChannelWritesWithoutReadingStayBounded(t *testing.T) {
 // time may hold a request or an answer, the others get EAGAIN.
 func TestChannelPartialFramesShareOneSlot(t *testing.T) {
 	s := echoServer(t)
-	req := echoFrame(DefaultMaxRequestBytes - 100)
+	req := echoFrame(hostcall.DefaultMaxRequestBytes - 100)
 	var chans []sys.File
 	refused := 0
 	for range MaxOpen {
@@ -170,12 +172,12 @@ func TestChannelOpensAreBounded(t *testing.T) {
 // escapes six times over: the answer quotes only the start of it.
 func TestUnknownFunctionNameIsNotEchoedInFull(t *testing.T) {
 	s := echoServer(t)
-	name := strings.Repeat("<", DefaultMaxRequestBytes-100)
+	name := strings.Repeat("<", hostcall.DefaultMaxRequestBytes-100)
 	header := `{"op":"call","name":"` + name + `"}`
 	r, _ := roundtrip(t, s, header, 1<<20)
 	require.NotNil(t, r.Error)
 	assert.Equal(t, "unknown", r.Error.Kind)
-	assert.Contains(t, r.Error.Message, ErrUnknownFunction.Error())
+	assert.Contains(t, r.Error.Message, hostcall.ErrUnknownFunction.Error())
 	assert.LessOrEqual(t, len(r.Error.Message), maxMessageBytes)
 	assert.Less(t, s.Usage().Peak, int64(len(header)+64<<10), "the answer is small")
 
@@ -190,7 +192,7 @@ func TestUnknownFunctionNameIsNotEchoedInFull(t *testing.T) {
 func TestPanicValueStaysInTheLog(t *testing.T) {
 	const secret = "db-password-hunter2"
 	var log bytes.Buffer
-	s, err := NewServer(&Config{Funcs: map[string]Handler{
+	s, err := NewServer(&hostcall.Config{Funcs: map[string]hostcall.Handler{
 		"boom": func(context.Context, json.RawMessage) (any, error) { panic("cannot connect with " + secret) },
 	}}, nil, slog.New(slog.NewTextHandler(&log, nil)))
 	require.NoError(t, err)
@@ -209,7 +211,7 @@ func TestPanicValueStaysInTheLog(t *testing.T) {
 // TestResponseFrameIsBounded: a response larger than the server's
 // response bound is replaced by an error, so an answer never exceeds it.
 func TestResponseFrameIsBounded(t *testing.T) {
-	s, err := NewServer(&Config{MaxResponseBytes: 10, Funcs: map[string]Handler{
+	s, err := NewServer(&hostcall.Config{MaxResponseBytes: 10, Funcs: map[string]hostcall.Handler{
 		"big": func(context.Context, json.RawMessage) (any, error) { return strings.Repeat("y", 100), nil },
 	}}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
