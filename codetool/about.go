@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // GuestInfo is what a Python guest offers code, as Probe finds it: what

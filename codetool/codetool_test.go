@@ -16,8 +16,8 @@ import (
 
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 func newTool(t *testing.T, o *codetool.Options) *codetool.Tool {

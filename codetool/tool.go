@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // Errors of a Result's Err (errors.Is).

@@ -18,9 +18,9 @@ import (
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/mcpserver"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // pngCode writes a 4×4 red PNG to /work/chart.png and shows its SHA-256.

@@ -23,8 +23,8 @@ import (
 	sysapi "github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // DefaultRootQuota bounds the in-memory root filesystem of a sandbox that

@@ -17,8 +17,8 @@ import (
 
 	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // These benchmarks give the host-call and network numbers of bench/README.md:

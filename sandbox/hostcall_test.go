@@ -23,8 +23,8 @@ import (
 
 	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 type addArgs struct {

@@ -33,8 +33,8 @@ import (
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/snapshot"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 //go:embed driver.py

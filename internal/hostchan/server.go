@@ -15,7 +15,7 @@ import (
 
 	"github.com/fumehood/fumehood/hostcall"
 
-	"github.com/fumehood/fumehood/wasi/netpolicy"
+	"github.com/fumehood/fumehood/netpolicy"
 )
 
 // httpHeaderRoom is what an HTTP request frame may hold beyond the

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/url"
 
-	"github.com/fumehood/fumehood/wasi/netpolicy"
+	"github.com/fumehood/fumehood/netpolicy"
 )
 
 func ExamplePolicy_Check() {
