@@ -41,7 +41,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/bench/cpuset"
+	"github.com/fumehood/fumehood/bench/internal/cpuset"
 	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/pipeline"
