@@ -85,7 +85,7 @@ fuzz:
 		./internal/wasmbin:FuzzParse \
 		./internal/fuel:FuzzInstrument \
 		./internal/errnoshim:FuzzShim \
-		./wasi/hostcall:FuzzDecodeFrame \
+		./internal/hostchan:FuzzDecodeFrame \
 		./wasi:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \
 		./internal/wasmbin:FuzzExportMutableGlobals \
