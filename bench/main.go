@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -173,7 +173,7 @@ func nativePython() (string, error) {
 }
 
 func (b *bench) machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Guest: python.Package + "@" + python.Version}
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Guest: npm.Package + "@" + npm.Version}
 	if cpuinfo, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(cpuinfo), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {

@@ -24,7 +24,7 @@ type GuestInfo struct {
 	Lacks []string
 }
 
-// NPMGuest is the npm guest's GuestInfo (guests/python, the default
+// NPMGuest is the npm guest's GuestInfo (internal/guests/npm, the default
 // guest): what Instructions describes.
 var NPMGuest = GuestInfo{Version: "3.12.0", Lacks: []string{"ssl", "ctypes", "lzma", "multiprocessing", "time-zone data"}}
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/wasi"
 )
@@ -23,7 +23,7 @@ import (
 //
 //	go test ./sandbox -run '^$' -bench . -benchtime 5x
 func loadPython(b *testing.B) []byte {
-	wasm, _, err := python.Load(context.Background(), nil)
+	wasm, _, err := npm.Load(context.Background(), nil)
 	require.NoError(b, err, "the Python guest is needed; `make test` installs it")
 	return wasm
 }
@@ -89,10 +89,10 @@ func BenchmarkRunPrint(b *testing.B) {
 // BenchmarkFuelOverhead compares with.
 func plainPython(b *testing.B, n int) *Guest {
 	ctx := context.Background()
-	dir, err := python.CacheDir("")
+	dir, err := npm.CacheDir("")
 	require.NoError(b, err)
 	store := pipeline.NewStore(filepath.Join(dir, "guests"))
-	d, ok := store.Lookup(python.SourceSHA256, python.Steps[:n])
+	d, ok := store.Lookup(npm.SourceSHA256, npm.Steps[:n])
 	require.True(b, ok, "the Python guest is needed; `make test` installs it")
 	wasm, err := store.Get(d)
 	require.NoError(b, err)
@@ -127,11 +127,11 @@ func median(d []time.Duration) time.Duration {
 //	go test ./sandbox -run '^$' -bench FuelOverhead -benchtime 20x
 func BenchmarkFuelOverhead(b *testing.B) {
 	ctx := context.Background()
-	require.Equal(b, "strip-debug", python.Steps[0].Name)
-	require.Equal(b, "fuel", python.Steps[len(python.Steps)-1].Name)
+	require.Equal(b, "strip-debug", npm.Steps[0].Name)
+	require.Equal(b, "fuel", npm.Steps[len(npm.Steps)-1].Name)
 	plain := plainPython(b, 1)
 	defer plain.Close(ctx)
-	unmetered := plainPython(b, len(python.Steps)-1)
+	unmetered := plainPython(b, len(npm.Steps)-1)
 	defer unmetered.Close(ctx)
 	metered, err := CompilePython(ctx, nil)
 	require.NoError(b, err)

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -48,7 +48,7 @@ func TestChooseGuest(t *testing.T) {
 func TestCompileBuiltNotBuilt(t *testing.T) {
 	for _, sessions := range []bool{false, true} {
 		_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: t.TempDir(), Guest: sandbox.GuestBuilt, Sessions: sessions})
-		require.ErrorIs(t, err, cpython.ErrNotBuilt)
+		require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
 		assert.Contains(t, err.Error(), cpython.BuildCommand)
 	}
 }
@@ -61,7 +61,7 @@ func TestPythonInfo(t *testing.T) {
 	assert.Equal(t, testenv.Guest(t), info.Guest)
 	assert.Equal(t, g.ID(), info.SHA256)
 	assert.False(t, info.Sessions)
-	want := python.Version
+	want := npm.Version
 	if info.Guest == sandbox.GuestBuilt {
 		want = cpython.PythonVersion
 	}

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -120,7 +120,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	c.timeout = fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run")
 	c.offline = fs.Bool("offline", false, "never download the guest; fail if it is not installed")
-	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
+	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
 	c.fuel = fs.Int64("fuel", 0, "fuel budget of a run (WebAssembly instructions); 0 means the default")
 	c.memory = fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
 	c.maxOutput = fs.String("max-output", "", "bytes kept of each of stdout and stderr, such as 1MiB (default 1MiB); past it the run stops")
@@ -176,7 +176,7 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.Config, error) {
 func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (*sandbox.Guest, error) {
 	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions}
 	py, err := sandbox.CompilePython(ctx, opts)
-	if !errors.Is(err, python.ErrGuestNotInstalled) || *c.offline {
+	if !errors.Is(err, npm.ErrGuestNotInstalled) || *c.offline {
 		return py, err
 	}
 	what := "the Python guest is"
@@ -185,7 +185,8 @@ func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (
 	}
 	fmt.Fprintf(stderr, "fumehood: %s not installed; installing it now (use --offline to prevent this)\n", what)
 	opts.Install = true
-	opts.Progress = newProgress(stderr).report
+	report := newProgress(stderr).report
+	opts.Progress = func(p sandbox.Progress) { report(npm.Progress(p)) }
 	return sandbox.CompilePython(ctx, opts)
 }
 

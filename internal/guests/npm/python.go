@@ -12,7 +12,7 @@
 // From the command line:
 //
 //	fumehood guest install
-package python
+package npm
 
 import (
 	"context"

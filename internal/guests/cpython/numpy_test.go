@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -167,7 +167,7 @@ func TestNumpyInputsChecked(t *testing.T) {
 	_, err := cpython.Build(context.Background(), &cpython.Options{CacheDir: dir, With: []string{cpython.Numpy},
 		Sources: map[string]string{"numpy": bad}})
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, python.ErrIntegrity) || errors.Is(err, cpython.ErrMissingTools), err)
+	assert.True(t, errors.Is(err, npm.ErrIntegrity) || errors.Is(err, cpython.ErrMissingTools), err)
 }
 
 // pytestDeps are the directories of Debian's python3-pytest (bookworm:
@@ -189,7 +189,7 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dist, "_pytest")); err != nil {
 		t.Skip("Debian's python3-pytest is not installed")
 	}
-	cache, err := python.CacheDir("")
+	cache, err := npm.CacheDir("")
 	require.NoError(t, err)
 	tarball := filepath.Join(cache, "cpython", "sources", cpython.NumpyInputs[0].File)
 	if _, err := os.Stat(tarball); err != nil {

@@ -11,7 +11,7 @@
 // store: the interpreter (python.wasm, debug sections stripped) and the
 // standard library (a tar holding lib/python313.zip and share/zoneinfo,
 // served read-only at /usr by [StdlibFS]). The interpreter then goes
-// through the Python guest's preparation steps (python.Steps). A manifest
+// through the Python guest's preparation steps (npm.Steps). A manifest
 // ([Info]) records the inputs, the flags and the digests; [Load] reads it.
 // sandbox.CompilePython loads this guest wherever it is built.
 //
@@ -35,7 +35,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
@@ -67,12 +67,12 @@ var ErrMissingTools = errors.New("cpython: build tools are missing")
 
 // Options configure the build. The zero value uses the defaults.
 type Options struct {
-	// CacheDir overrides the cache directory (see python.CacheDir).
+	// CacheDir overrides the cache directory (see npm.CacheDir).
 	CacheDir string
 	// Progress, if set, is told how the build proceeds: stage "fetch"
 	// (Step names the file), "build" (Step names the build step; Done and
 	// Total count steps) and "prepare".
-	Progress func(python.Progress)
+	Progress func(npm.Progress)
 	// Jobs is the number of parallel make jobs; 0 means the number of CPUs.
 	Jobs int
 	// Force rebuilds even when the guest is in the cache.
@@ -88,7 +88,7 @@ type Options struct {
 	Sources map[string]string
 }
 
-func (o *Options) progress(p python.Progress) {
+func (o *Options) progress(p npm.Progress) {
 	if o.Progress != nil {
 		o.Progress(p)
 	}
@@ -116,7 +116,7 @@ type Info struct {
 	// StdlibSHA256 and StdlibSize describe the standard library tar.
 	StdlibSHA256 string `json:"stdlib_sha256"`
 	StdlibSize   int64  `json:"stdlib_size"`
-	// PreparedSHA256 is the interpreter after python.Steps.
+	// PreparedSHA256 is the interpreter after npm.Steps.
 	PreparedSHA256 string `json:"prepared_sha256"`
 	// PreparedSteps lists those steps as name@version.
 	PreparedSteps []string `json:"prepared_steps"`
@@ -155,7 +155,7 @@ type dirs struct {
 }
 
 func (o *Options) dirs() (dirs, error) {
-	c, err := python.CacheDir(o.CacheDir)
+	c, err := npm.CacheDir(o.CacheDir)
 	if err != nil {
 		return dirs{}, err
 	}
@@ -174,7 +174,7 @@ func (o *Options) dirs() (dirs, error) {
 	}, nil
 }
 
-// Load returns the prepared interpreter (python.Steps applied) and the
+// Load returns the prepared interpreter (npm.Steps applied) and the
 // build's Info, or an error matching ErrNotBuilt.
 func Load(ctx context.Context, opts *Options) ([]byte, Info, error) {
 	info, d, err := loadInfo(opts)
@@ -189,7 +189,7 @@ func Load(ctx context.Context, opts *Options) ([]byte, Info, error) {
 }
 
 // Open is Load without the copy where the platform allows (Linux), as
-// python.Open is: the prepared interpreter mapped read-only, and done to
+// npm.Open is: the prepared interpreter mapped read-only, and done to
 // call once the bytes are no longer used, which unmaps them and returns an
 // error if the file changed since it was checked.
 func Open(ctx context.Context, opts *Options) (wasm []byte, info Info, done func() error, err error) {

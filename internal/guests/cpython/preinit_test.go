@@ -21,15 +21,15 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 	"github.com/fumehood/fumehood/wasi"
 )
 
-// preinitGuest is the built guest, prepared (python.Steps: the errno shim
+// preinitGuest is the built guest, prepared (npm.Steps: the errno shim
 // and fuel) and with every mutable global exported, compiled on its own
 // wazero runtime with the WASI and fuel host modules: what a host needs to
 // run the driver's entry points, without the sandbox package.
@@ -57,7 +57,7 @@ type budgetKey struct{}
 var errFuel = errors.New("out of fuel")
 
 // wasmEnv names a python.wasm to test instead of the built guest's (to try
-// a change of the driver with a relink, before a build); python.Steps are
+// a change of the driver with a relink, before a build); npm.Steps are
 // applied to it here.
 const wasmEnv = "FUMEHOOD_TEST_PREINIT_WASM"
 
@@ -80,7 +80,7 @@ func compilePreinit(ctx context.Context) (*preinitGuest, error) {
 		if wasm, err = os.ReadFile(file); err != nil {
 			return nil, err
 		}
-		for _, s := range python.Steps {
+		for _, s := range npm.Steps {
 			if wasm, err = s.Apply(ctx, wasm); err != nil {
 				return nil, err
 			}
@@ -92,11 +92,11 @@ func compilePreinit(ctx context.Context) (*preinitGuest, error) {
 	if err != nil {
 		return nil, err
 	}
-	globals, err := wasmbin.ExportMutableGlobals(m, python.GlobalExportPrefix)
+	globals, err := wasmbin.ExportMutableGlobals(m, npm.GlobalExportPrefix)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := python.CacheDir("")
+	dir, err := npm.CacheDir("")
 	if err != nil {
 		return nil, err
 	}

@@ -19,15 +19,15 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 
-	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
 // The measurements that decide how sandbox will use the driver (issue 19,
 // phase 2), recorded in bench/README.md ("Pre-initialized interpreter"):
 //
-//	go test ./guests/cpython -run '^$' -bench Preinit -benchtime 20x -count 3
+//	go test ./internal/guests/cpython -run '^$' -bench Preinit -benchtime 20x -count 3
 //
 // Each benchmark starts from an image: an instance that ran fumehood_init
 // and one request (`x = 0`), its memory and globals captured.

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/aptfetch"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
@@ -27,7 +27,7 @@ import (
 // Build builds the guest and stores it in the cache, or returns the Info of
 // the one already there (unless opts.Force). Every input is checked against
 // its pinned SHA-256 before use; a mismatch is an error matching
-// python.ErrIntegrity that names the file, and nothing is stored. The build
+// npm.ErrIntegrity that names the file, and nothing is stored. The build
 // runs in a temporary directory under the cache directory, removed
 // afterwards; an interrupted build leaves no entry behind, and the next
 // build removes what it left of its directory.
@@ -85,7 +85,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 		if err := ctx.Err(); err != nil {
 			return Info{}, err
 		}
-		opts.progress(python.Progress{Stage: "build", Step: s.name, Done: int64(i), Total: int64(len(steps))})
+		opts.progress(npm.Progress{Stage: "build", Step: s.name, Done: int64(i), Total: int64(len(steps))})
 		if err := s.run(ctx); err != nil {
 			return Info{}, fmt.Errorf("cpython: build step %s: %w", s.name, err)
 		}
@@ -116,7 +116,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 }
 
 // saveGuest stores a guest's interpreter and standard library, prepares
-// the interpreter with python.Steps (so a guest brings no unmetered
+// the interpreter with npm.Steps (so a guest brings no unmetered
 // module), fills in info's digests, and writes info as the manifest, last
 // (an interrupted save leaves no entry). Build and Import both end here,
 // so an imported guest's digests are a local build's. A non-zero start
@@ -129,14 +129,14 @@ func (d dirs) saveGuest(ctx context.Context, opts *Options, info *Info, wasm, st
 	if info.StdlibSHA256, err = d.store.Put(stdlib); err != nil {
 		return err
 	}
-	opts.progress(python.Progress{Stage: "prepare"})
-	info.PreparedSHA256, err = d.store.Run(ctx, info.WasmSHA256, python.Steps, func(s pipeline.Step, i, n int) {
-		opts.progress(python.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
+	opts.progress(npm.Progress{Stage: "prepare"})
+	info.PreparedSHA256, err = d.store.Run(ctx, info.WasmSHA256, npm.Steps, func(s pipeline.Step, i, n int) {
+		opts.progress(npm.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
 	})
 	if err != nil {
 		return err
 	}
-	info.PreparedSteps = stepIDs(python.Steps)
+	info.PreparedSteps = stepIDs(npm.Steps)
 	if !start.IsZero() {
 		info.BuildSeconds = time.Since(start).Round(time.Second).Seconds()
 	}
@@ -235,7 +235,7 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string,
 	// The package lists (about 50 MB) serve only this fetch: the next one
 	// updates them anyway.
 	defer os.RemoveAll(d.apt)
-	opts.progress(python.Progress{Stage: "fetch", Step: "apt-get update"})
+	opts.progress(npm.Progress{Stage: "fetch", Step: "apt-get update"})
 	if err := f.Update(ctx); err != nil {
 		return nil, err
 	}
@@ -251,7 +251,7 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string,
 		return nil, fmt.Errorf("cpython: %w", err)
 	}
 	for i, in := range missing {
-		opts.progress(python.Progress{Stage: "fetch", Step: in.File, Done: int64(i), Total: int64(len(missing))})
+		opts.progress(npm.Progress{Stage: "fetch", Step: in.File, Done: int64(i), Total: int64(len(missing))})
 		if in.Kind == Binary {
 			err = f.Binary(ctx, dl, in.Package, in.Version)
 		} else {
@@ -284,7 +284,7 @@ type fetcher interface {
 var newFetcher = func(dir string, suites ...string) (fetcher, error) { return aptfetch.New(dir, suites...) }
 
 // verifyFile checks path against in's SHA-256. A mismatch matches
-// python.ErrIntegrity and names the file.
+// npm.ErrIntegrity and names the file.
 func verifyFile(path string, in Input) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -296,7 +296,7 @@ func verifyFile(path string, in Input) error {
 		return fmt.Errorf("cpython: %s: %w", in.File, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != in.SHA256 {
-		return fmt.Errorf("%w: %s (%s %s) has sha256 %s, want %s", python.ErrIntegrity, in.File, in.Package, in.Version, got, in.SHA256)
+		return fmt.Errorf("%w: %s (%s %s) has sha256 %s, want %s", npm.ErrIntegrity, in.File, in.Package, in.Version, got, in.SHA256)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
-	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 )
 
 // lowWater records the lowest value of the C stack pointer (global 0, by

@@ -1,4 +1,4 @@
-package python
+package npm
 
 import (
 	"archive/tar"

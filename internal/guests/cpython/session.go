@@ -8,13 +8,13 @@ import (
 	"os"
 	"strings"
 
-	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/asyncify"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
 // The session build of the built guest is made as the npm guest's is
-// (python.SessionSteps): the prepared interpreter, then Binaryen's asyncify
+// (npm.SessionSteps): the prepared interpreter, then Binaryen's asyncify
 // and the export of every mutable global, each step cached
 // content-addressed in the same store. A record beside the manifest names
 // the result, so that loading it needs no wasm-opt.
@@ -23,7 +23,7 @@ import (
 const SessionCommand = BuildCommand + " --session"
 
 // ErrSessionNotPrepared reports that the session build of the built guest
-// is not in the cache. It also matches python.ErrGuestNotInstalled, so that
+// is not in the cache. It also matches npm.ErrGuestNotInstalled, so that
 // callers that install what is missing on that error prepare it; its
 // message names SessionCommand.
 var ErrSessionNotPrepared error = sessionNotPrepared{}
@@ -35,7 +35,7 @@ func (sessionNotPrepared) Error() string {
 		SessionCommand + "` (it needs Binaryen's wasm-opt)"
 }
 
-func (sessionNotPrepared) Is(target error) bool { return target == python.ErrGuestNotInstalled }
+func (sessionNotPrepared) Is(target error) bool { return target == npm.ErrGuestNotInstalled }
 
 // Session describes the session build of the built guest.
 type Session struct {
@@ -65,7 +65,7 @@ func LoadSession(ctx context.Context, opts *Options) ([]byte, Info, Session, err
 	if b, s, err := loadRecordedSession(d); err == nil {
 		return b, info, s, nil
 	}
-	steps, err := python.SessionSteps(ctx)
+	steps, err := npm.SessionSteps(ctx)
 	if err != nil {
 		return nil, Info{}, Session{}, fmt.Errorf("%w: %w", ErrSessionNotPrepared, err)
 	}
@@ -93,12 +93,12 @@ func PrepareSession(ctx context.Context, opts *Options) (Session, error) {
 	if err != nil {
 		return Session{}, err
 	}
-	steps, err := python.SessionSteps(ctx)
+	steps, err := npm.SessionSteps(ctx)
 	if err != nil {
 		return Session{}, fmt.Errorf("cpython: session build: %w", err)
 	}
 	dg, err := d.store.Run(ctx, info.WasmSHA256, steps, func(s pipeline.Step, i, n int) {
-		opts.progress(python.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
+		opts.progress(npm.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
 	})
 	if err != nil {
 		return Session{}, fmt.Errorf("cpython: session build: %w", err)
@@ -144,10 +144,10 @@ func loadRecordedSession(d dirs) ([]byte, Session, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, Session{}, err
 	}
-	if len(s.Steps) != len(python.Steps)+2 {
+	if len(s.Steps) != len(npm.Steps)+2 {
 		return nil, Session{}, errors.New("cpython: recorded session build follows other steps")
 	}
-	for i, st := range python.Steps {
+	for i, st := range npm.Steps {
 		if s.Steps[i] != st.ID() {
 			return nil, Session{}, errors.New("cpython: recorded session build follows other steps")
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 )
 
 // fakeFetcher writes, for every input asked for, the content content
@@ -55,7 +55,7 @@ func TestFetchTamperedInputCachesNothing(t *testing.T) {
 	d, err := opts.dirs()
 	require.NoError(t, err)
 	_, err = fetchInputs(context.Background(), d, opts)
-	require.ErrorIs(t, err, python.ErrIntegrity)
+	require.ErrorIs(t, err, npm.ErrIntegrity)
 	assert.Contains(t, err.Error(), Inputs[0].File)
 	assert.Equal(t, []string{Inputs[0].Package + "=" + Inputs[0].Version}, f.asked, "stops at the first bad file")
 	ents, _ := os.ReadDir(d.sources)
@@ -76,7 +76,7 @@ func TestVerifyFile(t *testing.T) {
 	require.NoError(t, verifyFile(p, in))
 	require.NoError(t, os.WriteFile(p, []byte("hell"), 0o644))
 	err := verifyFile(p, in)
-	require.ErrorIs(t, err, python.ErrIntegrity)
+	require.ErrorIs(t, err, npm.ErrIntegrity)
 	assert.Contains(t, err.Error(), in.File)
 }
 

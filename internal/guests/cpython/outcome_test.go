@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 )
 
 // frame encodes parts as the driver's Python side does.
