@@ -86,7 +86,7 @@ fuzz:
 		./internal/fuel:FuzzInstrument \
 		./internal/errnoshim:FuzzShim \
 		./internal/hostchan:FuzzDecodeFrame \
-		./wasi:FuzzResolve:-fuzzminimizetime=5s \
+		./internal/wasifs:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \
 		./internal/wasmbin:FuzzExportMutableGlobals \
 		./internal/wasmbin:FuzzBounds \

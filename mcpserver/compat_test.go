@@ -20,7 +20,6 @@ import (
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // pngCode writes a 4×4 red PNG to /work/chart.png and shows its SHA-256.
@@ -254,7 +253,7 @@ func TestMounts(t *testing.T) {
 	require.NoError(t, err)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Mounts: []sandbox.Mount{
 		{Path: "/data", FS: ro, ReadOnly: true},
-		{Path: "/out", FS: rw, Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}},
+		{Path: "/out", FS: rw, Quota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}},
 	}})
 	require.NoError(t, err)
 	defer srv.Close()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // These benchmarks split a first run into its parts:
@@ -253,7 +252,7 @@ func BenchmarkFileThroughput(b *testing.B) {
 	}
 	var sw, sr, nw, nr []float64
 	for b.Loop() {
-		s, err := g.NewSandbox(&SandboxConfig{RootQuota: wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
+		s, err := g.NewSandbox(&SandboxConfig{RootQuota: Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
 		require.NoError(b, err)
 		res, err := s.Run(ctx, "DIR = '/tmp'\n"+throughputScript, nil)
 		require.NoError(b, err, string(res.Stderr))

@@ -23,14 +23,14 @@ import (
 	sysapi "github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/netpolicy"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // DefaultRootQuota bounds the in-memory root filesystem of a sandbox that
 // sets no quota of its own. The root lives in host memory, so it is bounded
 // like the guest's own memory.
-var DefaultRootQuota = wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
+var DefaultRootQuota = Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
 
 // DefaultMaxOpen bounds the files a guest may hold open at once in each
 // mount (and in the in-memory root): past it, opening fails with EMFILE
@@ -43,14 +43,14 @@ const DefaultMaxOpen = 1024
 // listing is taken when a directory handle is first read, so that it reads
 // consistently, and kept until the handle is closed. Past it, reading one
 // more directory fails with ENOMEM (Python's OSError with errno ENOMEM).
-// Each entry counts wasi.ListingEntryBytes plus its name: 32 MiB holds about
+// Each entry counts 48 bytes plus its name: 32 MiB holds about
 // 600,000 entries with 8-byte names, one listing of a directory that large
 // or about 60 listings at once of a 10,000-entry directory.
 const DefaultMaxListingBytes = 32 << 20
 
 // DefaultVolumeQuota is the quota the command line gives writable host
 // directories and volumes: generous, but a guest cannot fill the host's disk.
-var DefaultVolumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
+var DefaultVolumeQuota = Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
 
 // Mount puts a filesystem at a guest path.
 type Mount struct {
@@ -67,7 +67,18 @@ type Mount struct {
 	// Quota bounds what the guest may store in the mount; a change past it
 	// fails with ENOSPC. The zero value sets no bound: give writable host
 	// mounts one.
-	Quota wasi.Quota
+	Quota Quota
+}
+
+// Quota bounds what a guest may store in a writable filesystem. A change
+// past it fails with ENOSPC (Python's OSError). A zero field sets no bound.
+type Quota struct {
+	// MaxBytes is the most bytes the regular files may hold in total
+	// (their sizes, holes included).
+	MaxBytes int64
+	// MaxFiles is the most files, directories and symbolic links, not
+	// counting the filesystem's root.
+	MaxFiles int64
 }
 
 // Volume returns a directory of the host for persistent storage, creating
@@ -81,7 +92,7 @@ func Volume(dir string) (afero.Fs, error) {
 }
 
 // HostDir opens a directory of the host as an afero.Fs, for a Mount: a
-// *wasi.RootFs, which reaches the directory only through an os.Root. ".."
+// file system that reaches the directory only through an os.Root. ".."
 // and symbolic links resolve inside it, never to the rest of the host, even
 // while other programs or sandboxes sharing the directory rename its
 // components or swap them for symbolic links. It fails (with an
@@ -96,7 +107,7 @@ func Volume(dir string) (afero.Fs, error) {
 // Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
 // only while nothing but the sandbox changes the directory.
 func HostDir(dir string) (afero.Fs, error) {
-	r, err := wasi.OpenRootFs(dir)
+	r, err := wasifs.OpenRootFs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: host directory: %w", err)
 	}
@@ -112,7 +123,7 @@ type SandboxConfig struct {
 	Mounts []Mount
 	// RootQuota bounds the in-memory root; the zero value means
 	// DefaultRootQuota.
-	RootQuota wasi.Quota
+	RootQuota Quota
 
 	// HostCalls lists the host functions guest code may call (in Python,
 	// fumehood.call(name, **kwargs)); nil means none.
@@ -144,7 +155,7 @@ type Sandbox struct {
 
 type mounted struct {
 	path string
-	fs   *wasi.FS
+	fs   *wasifs.FS
 }
 
 // NewSandbox creates a sandbox whose runs use g.
@@ -183,7 +194,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	mounts := c.Mounts
 	if !hasRoot {
 		q := c.RootQuota
-		if q == (wasi.Quota{}) {
+		if q == (Quota{}) {
 			q = DefaultRootQuota
 		}
 		root := afero.NewMemMapFs()
@@ -206,7 +217,7 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == HostMountPath }) {
 			dev--
 		}
-		fsys, err := wasi.NewFS(g.stdlib, wasi.Options{ReadOnly: true, ReportErrno: s.errno.report,
+		fsys, err := wasifs.NewFS(g.stdlib, wasifs.Options{ReadOnly: true, ReportErrno: s.errno.report,
 			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: dev})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: standard library: %w", err)
@@ -220,9 +231,9 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		// does not depend on how many file systems the process made before
 		// (CPython caches small ints: a device number past 256 costs fuel,
 		// which broke deterministic runs).
-		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report,
+		opts := wasifs.Options{ReadOnly: m.ReadOnly, Quota: wasifs.Quota(m.Quota), ReportErrno: s.errno.report,
 			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(i + 1)}
-		fsys, err := wasi.NewFS(m.FS, opts)
+		fsys, err := wasifs.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)
 		}
@@ -306,7 +317,7 @@ func (s *Sandbox) Close() error {
 }
 
 // lookup finds the mount holding the guest path name and the path inside it.
-func (s *Sandbox) lookup(op, name string) (*wasi.FS, string, error) {
+func (s *Sandbox) lookup(op, name string) (*wasifs.FS, string, error) {
 	if s.closed {
 		return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrClosed}
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 func newSandbox(t *testing.T, cfg *sandbox.SandboxConfig) *sandbox.Sandbox {
@@ -132,7 +132,7 @@ print(len(rows))
 func TestVolumePersistsAcrossSandboxes(t *testing.T) {
 	dir := t.TempDir()
 	vol := func() *sandbox.SandboxConfig {
-		return &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
+		return &sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
 	}
 	s1 := newSandbox(t, vol())
 	runOK(t, s1, `
@@ -233,7 +233,7 @@ for root, dirs, files in os.walk("/"):
 }
 
 func TestQuotaIsOSError(t *testing.T) {
-	s := newSandbox(t, &sandbox.SandboxConfig{RootQuota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
+	s := newSandbox(t, &sandbox.SandboxConfig{RootQuota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
 	out := runOK(t, s, `
 import errno, os
 try:
@@ -406,7 +406,7 @@ for it in held:
 print(len(os.listdir('/tmp/d')))
 `, nil)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
-	perListing := 9000 * (wasi.ListingEntryBytes + len("f00000"))
+	perListing := 9000 * (wasifs.ListingEntryBytes + len("f00000"))
 	fit := sandbox.DefaultMaxListingBytes / perListing
 	// (os.scandir reads the directory as it opens it, so the iterator whose
 	// listing fails is never held.)

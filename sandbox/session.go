@@ -34,7 +34,6 @@ import (
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/netpolicy"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 //go:embed driver.py
@@ -99,7 +98,7 @@ type SessionConfig struct {
 	// Mounts and RootQuota are as in SandboxConfig. A session's in-memory
 	// root is part of its snapshots; mounted filesystems (volumes) are not.
 	Mounts    []Mount
-	RootQuota wasi.Quota
+	RootQuota Quota
 	// Env is the interpreter's whole environment (os.environ): nothing of
 	// the base image's shows. At most 4,096 variables and 512 KiB, what a
 	// snapshot holds.
@@ -449,7 +448,7 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 	var root afero.Fs
 	if !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == "/" }) {
 		q := c.RootQuota
-		if q == (wasi.Quota{}) {
+		if q == (Quota{}) {
 			q = DefaultRootQuota
 		}
 		root = afero.NewMemMapFs()
@@ -463,7 +462,7 @@ func (g *Guest) prepareSession(cfg *SessionConfig, fill func(afero.Fs) error) (*
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
 	ctl := afero.NewMemMapFs()
-	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
+	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
 	sb, err := g.newSandbox(&SandboxConfig{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger}, true)
 	if err != nil {
 		return nil, err

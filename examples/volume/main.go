@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // counter counts its runs in the volume, and checks that the scratch file
@@ -43,7 +42,7 @@ print("big.bin holds", os.path.getsize("/data/big.bin"), "bytes")
 
 // quota bounds what the guest may keep in the volume, counting what is
 // there already. A write past it fails inside the guest and changes nothing.
-var quota = wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}
+var quota = sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}
 
 func main() {
 	dir := ""

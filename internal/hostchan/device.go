@@ -8,7 +8,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	sysapi "github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // The FS a guest mounts holds the channel file and the Python module:
@@ -30,7 +30,7 @@ const (
 
 // MaxOpen bounds the handles a guest may hold open at once in a server's
 // FS, opens of the channel and of the module's files together: past it,
-// opening fails with EMFILE (wasi.EMFILE, delivered to the guest through
+// opening fails with EMFILE (wasifs.EMFILE, delivered to the guest through
 // the hook set by ReportErrno). Each handle costs the host a little memory;
 // the frames and responses of all channels share one budget (see Usage).
 const MaxOpen = 64
@@ -53,7 +53,7 @@ func (s *Server) FS() sys.FS {
 }
 
 // ReportErrno sets the hook that passes on the errnos wazero cannot express
-// (EMFILE past MaxOpen), as wasi.Options.ReportErrno does for a wasi.FS.
+// (EMFILE past MaxOpen), as wasifs.Options.ReportErrno does for a wasifs.FS.
 // Call it before FS is mounted.
 func (s *Server) ReportErrno(report func(errno uint16)) { s.report = report }
 
@@ -108,9 +108,9 @@ func (s *Server) openHandle() sys.Errno {
 	defer s.cmu.Unlock()
 	if s.handles >= MaxOpen {
 		if s.report != nil {
-			s.report(uint16(wasi.EMFILE - 4096))
+			s.report(uint16(wasifs.EMFILE - 4096))
 		}
-		return wasi.EMFILE
+		return wasifs.EMFILE
 	}
 	s.handles++
 	return 0

@@ -25,8 +25,8 @@ import (
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/internal/wasmbin"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // preinitGuest is the built guest, prepared (npm.Steps: the errno shim
@@ -135,7 +135,7 @@ func compilePreinit(ctx context.Context) (*preinitGuest, error) {
 // unless start names one (its arguments following), the standard library
 // at /usr, the given stdin (nil: empty).
 func (g *preinitGuest) config(stdin io.Reader, stdout, stderr io.Writer, start ...string) wazero.ModuleConfig {
-	fsys, err := wasi.NewFS(g.lib, wasi.Options{ReadOnly: true})
+	fsys, err := wasifs.NewFS(g.lib, wasifs.Options{ReadOnly: true})
 	if err != nil {
 		panic(err) // only for a nil afero.Fs or a negative quota
 	}

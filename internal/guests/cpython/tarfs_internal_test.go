@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 type tarEntry struct {
@@ -134,7 +134,7 @@ func TestTarFSRefusesWrites(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.EPERM)
 
 	// Through the mount the sandbox makes of it: EROFS, and the bytes stay.
-	wfs, err := wasi.NewFS(fsys, wasi.Options{ReadOnly: true})
+	wfs, err := wasifs.NewFS(fsys, wasifs.Options{ReadOnly: true})
 	require.NoError(t, err)
 	_, errno := wfs.OpenFile("lib/python313.zip", sys.O_RDWR, 0)
 	assert.Equal(t, sys.EROFS, errno)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package wasi
+package wasifs
 
 import "syscall"
 

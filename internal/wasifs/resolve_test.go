@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // buildLayout fills fsys from a layout: one entry a line, "d/path" for a
@@ -154,8 +154,8 @@ func TestResolve(t *testing.T) {
 		{name: strings.Repeat("x", 256), err: sys.ENAMETOOLONG},
 		{name: strings.Repeat("/", 4097), err: sys.ENAMETOOLONG},
 	} {
-		got, err := wasi.Resolve(backing, tc.name)
-		gotNo, errNo := wasi.ResolveNoFollow(backing, tc.name)
+		got, err := wasifs.Resolve(backing, tc.name)
+		gotNo, errNo := wasifs.ResolveNoFollow(backing, tc.name)
 		if tc.err != 0 {
 			require.Equal(t, tc.err, err, "Resolve(%q) = %q", tc.name, got)
 			require.Equal(t, tc.err, errNo, "ResolveNoFollow(%q) = %q", tc.name, gotNo)
@@ -166,9 +166,9 @@ func TestResolve(t *testing.T) {
 		require.Equal(t, tc.follow, got, "Resolve(%q)", tc.name)
 		require.Equal(t, tc.nofollow, gotNo, "ResolveNoFollow(%q)", tc.name)
 	}
-	_, err := wasi.Resolve(backing, "loop")
+	_, err := wasifs.Resolve(backing, "loop")
 	require.Equal(t, sys.ELOOP, err)
-	p, err := wasi.ResolveNoFollow(backing, "loop")
+	p, err := wasifs.ResolveNoFollow(backing, "loop")
 	require.NoError(t, err)
 	require.Equal(t, "/loop", p)
 }
@@ -177,10 +177,10 @@ func TestResolveWithoutLinkSupport(t *testing.T) {
 	// MemMapFs has no links: resolution is lexical, confined to the root.
 	fsys := afero.NewMemMapFs()
 	require.NoError(t, afero.WriteFile(fsys, "/a/b", []byte("x"), 0o644))
-	p, err := wasi.Resolve(fsys, "../a/../../a/b")
+	p, err := wasifs.Resolve(fsys, "../a/../../a/b")
 	require.NoError(t, err)
 	require.Equal(t, "/a/b", p)
-	_, err = wasi.Resolve(fsys, "a/b/c")
+	_, err = wasifs.Resolve(fsys, "a/b/c")
 	require.Equal(t, sys.ENOTDIR, err)
 }
 
@@ -202,9 +202,9 @@ func FuzzResolve(f *testing.F) {
 		fsys := newSymlinkMemFs()
 		buildLayout(fsys, layout)
 		backing := &checkedFs{symlinkMemFs: fsys, t: t}
-		resolve := wasi.ResolveNoFollow
+		resolve := wasifs.ResolveNoFollow
 		if follow {
-			resolve = wasi.Resolve
+			resolve = wasifs.Resolve
 		}
 		p, err := resolve(backing, name)
 		if err != nil {
@@ -215,7 +215,7 @@ func FuzzResolve(f *testing.F) {
 			}
 			return
 		}
-		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || strings.ContainsRune(p, 0) || len(p) > wasi.MaxPathLen {
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p || strings.ContainsRune(p, 0) || len(p) > wasifs.MaxPathLen {
 			t.Fatalf("resolve(%q) = %q: not a clean absolute path", name, p)
 		}
 		for _, c := range strings.Split(p, "/")[1:] {

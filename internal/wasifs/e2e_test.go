@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	wazerosys "github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // probe is the fsprobe guest (testdata/fsprobe), built for wasip1 once per
@@ -112,7 +112,7 @@ func requireLines(t *testing.T, want []string, out string) {
 
 func TestGuestMemMapFs(t *testing.T) {
 	backing := afero.NewMemMapFs()
-	fsys, err := wasi.NewFS(backing, wasi.Options{Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 1000}})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{Quota: wasifs.Quota{MaxBytes: 1 << 20, MaxFiles: 1000}})
 	require.NoError(t, err)
 	out := runProbe(t, []mount{{fsys, "/"}}, "basic")
 	requireLines(t, []string{
@@ -160,7 +160,7 @@ func TestGuestMemMapFs(t *testing.T) {
 	require.Equal(t, "hello", string(b))
 	_, err = backing.Stat("/work/many")
 	require.ErrorIs(t, err, os.ErrNotExist)
-	require.Equal(t, wasi.Usage{Bytes: 5, Files: 3}, fsys.Usage()) // work, work/sub, work/b.txt
+	require.Equal(t, wasifs.Usage{Bytes: 5, Files: 3}, fsys.Usage()) // work, work/sub, work/b.txt
 }
 
 func TestGuestSymlinks(t *testing.T) {
@@ -171,7 +171,7 @@ func TestGuestSymlinks(t *testing.T) {
 	backing := newSymlinkMemFs()
 	require.NoError(t, backing.MkdirAll("/work", 0o755))
 	require.NoError(t, backing.SymlinkIfPossible("/etc", "/work/etc"))
-	fsys, err := wasi.NewFS(backing, wasi.Options{})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{})
 	require.NoError(t, err)
 	require.Equal(t, sys.EPERM, fsys.Symlink("/etc", "work/etc2"))
 	out := runProbe(t, []mount{{fsys, "/"}}, "basic")
@@ -193,7 +193,7 @@ func TestGuestHostSymlinkEscape(t *testing.T) {
 
 func testGuestHostSymlinkEscape(t *testing.T, open func(*testing.T, string) afero.Fs) {
 	root, outside := hostLayout(t)
-	fsys, err := wasi.NewFS(open(t, root), wasi.Options{})
+	fsys, err := wasifs.NewFS(open(t, root), wasifs.Options{})
 	require.NoError(t, err)
 	mounts := []mount{{fsys, "/"}}
 	out := runProbe(t, mounts, "read",
@@ -228,11 +228,11 @@ func testGuestHostSymlinkEscape(t *testing.T, open func(*testing.T, string) afer
 
 func TestGuestReadOnlyAndQuota(t *testing.T) {
 	rwBacking := afero.NewMemMapFs()
-	rw, err := wasi.NewFS(rwBacking, wasi.Options{Quota: wasi.Quota{MaxBytes: 1000}})
+	rw, err := wasifs.NewFS(rwBacking, wasifs.Options{Quota: wasifs.Quota{MaxBytes: 1000}})
 	require.NoError(t, err)
 	roBacking := afero.NewMemMapFs()
 	require.NoError(t, afero.WriteFile(roBacking, "/lib.txt", []byte("library"), 0o644))
-	ro, err := wasi.NewFS(roBacking, wasi.Options{ReadOnly: true})
+	ro, err := wasifs.NewFS(roBacking, wasifs.Options{ReadOnly: true})
 	require.NoError(t, err)
 	mounts := []mount{{rw, "/"}, {ro, "/ro"}}
 
@@ -266,10 +266,10 @@ func TestGuestReadOnlyAndQuota(t *testing.T) {
 }
 
 func TestGuestTwoMountsAreSeparate(t *testing.T) {
-	a, err := wasi.NewFS(afero.NewMemMapFs(), wasi.Options{})
+	a, err := wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{})
 	require.NoError(t, err)
 	bBacking := afero.NewMemMapFs()
-	b, err := wasi.NewFS(bBacking, wasi.Options{})
+	b, err := wasifs.NewFS(bBacking, wasifs.Options{})
 	require.NoError(t, err)
 	mounts := []mount{{a, "/"}, {b, "/data"}}
 	out := runProbe(t, mounts, "write", "/data/in-b.txt", "/in-a.txt")

@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // TestFSListingBudget is the directory listing attack: many handles on a
@@ -22,10 +22,10 @@ func TestFSListingBudget(t *testing.T) {
 	for i := range entries {
 		require.NoError(t, afero.WriteFile(backing, fmt.Sprintf("/d/f%03d", i), nil, 0o644))
 	}
-	perListing := int64(entries * (wasi.ListingEntryBytes + len("f000")))
+	perListing := int64(entries * (wasifs.ListingEntryBytes + len("f000")))
 
 	// Without a bound, 1,000 handles hold 1,000 listings.
-	fsys, err := wasi.NewFS(backing, wasi.Options{})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{})
 	require.NoError(t, err)
 	var files []sys.File
 	for range handles {
@@ -44,7 +44,7 @@ func TestFSListingBudget(t *testing.T) {
 	// With a bound of ten listings and a bit.
 	budget := 10*perListing + perListing/2
 	var reported []uint16
-	fsys, err = wasi.NewFS(backing, wasi.Options{MaxListingBytes: budget,
+	fsys, err = wasifs.NewFS(backing, wasifs.Options{MaxListingBytes: budget,
 		ReportErrno: func(e uint16) { reported = append(reported, e) }})
 	require.NoError(t, err)
 	files = files[:0]
@@ -56,7 +56,7 @@ func TestFSListingBudget(t *testing.T) {
 		switch _, errno = d.Readdir(1); errno {
 		case 0:
 			listed++
-		case wasi.ENOMEM:
+		case wasifs.ENOMEM:
 			failed++
 		default:
 			t.Fatalf("readdir: %v", errno)
@@ -94,6 +94,6 @@ func TestFSListingBudget(t *testing.T) {
 	all, _ := fsys.Handles()
 	require.Zero(t, all)
 
-	_, err = wasi.NewFS(backing, wasi.Options{MaxListingBytes: -1})
+	_, err = wasifs.NewFS(backing, wasifs.Options{MaxListingBytes: -1})
 	require.Error(t, err)
 }

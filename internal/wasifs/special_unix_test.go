@@ -1,6 +1,6 @@
 //go:build unix
 
-package wasi_test
+package wasifs_test
 
 import (
 	"io/fs"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 func TestSpecialFilesAreNotOpened(t *testing.T) {
@@ -23,7 +23,7 @@ func TestSpecialFilesAreNotOpened(t *testing.T) {
 	// directories.
 	dir := t.TempDir()
 	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
-	fsys, err := wasi.NewFS(afero.NewBasePathFs(afero.NewOsFs(), dir), wasi.Options{})
+	fsys, err := wasifs.NewFS(afero.NewBasePathFs(afero.NewOsFs(), dir), wasifs.Options{})
 	require.NoError(t, err)
 	done := make(chan sys.Errno, 1)
 	go func() {
@@ -48,14 +48,14 @@ func TestSpecialFileSwapIsNotOpened(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("regular"), 0o644))
 	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
-	r, err := wasi.OpenRootFs(dir)
+	r, err := wasifs.OpenRootFs(dir)
 	require.NoError(t, err)
 	defer r.Close()
 	for _, flag := range []sys.Oflag{sys.O_RDONLY, sys.O_RDWR, sys.O_WRONLY | sys.O_TRUNC} {
 		h := &hookFs{Fs: r, at: "/f", hook: func() error {
 			return os.Rename(filepath.Join(dir, "fifo"), filepath.Join(dir, "f"))
 		}}
-		fsys, err := wasi.NewFS(h, wasi.Options{})
+		fsys, err := wasifs.NewFS(h, wasifs.Options{})
 		require.NoError(t, err)
 		done := make(chan sys.Errno, 1)
 		go func() {

@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"testing"
@@ -6,26 +6,25 @@ import (
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/wasitest"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 func TestConformanceMemMapFs(t *testing.T) {
-	wasitest.TestFS(t, func(*testing.T) afero.Fs { return afero.NewMemMapFs() })
+	testFS(t, func(*testing.T) afero.Fs { return afero.NewMemMapFs() })
 }
 
 func TestConformanceOsFs(t *testing.T) {
-	wasitest.TestFS(t, func(t *testing.T) afero.Fs {
+	testFS(t, func(t *testing.T) afero.Fs {
 		return afero.NewBasePathFs(afero.NewOsFs(), t.TempDir())
 	})
 }
 
 func TestConformanceCopyOnWriteFs(t *testing.T) {
-	wasitest.TestFS(t, func(t *testing.T) afero.Fs { return newCopyOnWrite(t) })
+	testFS(t, func(t *testing.T) afero.Fs { return newCopyOnWrite(t) })
 }
 
 func TestConformanceSymlinkMemFs(t *testing.T) {
-	wasitest.TestFS(t, func(*testing.T) afero.Fs { return newSymlinkMemFs() })
+	testFS(t, func(*testing.T) afero.Fs { return newSymlinkMemFs() })
 }
 
 // newCopyOnWrite returns an afero.CopyOnWriteFs whose read-only base holds
@@ -45,8 +44,8 @@ var baseContent = map[string]string{
 }
 
 func TestConformanceRootFs(t *testing.T) {
-	wasitest.TestFS(t, func(t *testing.T) afero.Fs {
-		r, err := wasi.OpenRootFs(t.TempDir())
+	testFS(t, func(t *testing.T) afero.Fs {
+		r, err := wasifs.OpenRootFs(t.TempDir())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = r.Close() })
 		return r

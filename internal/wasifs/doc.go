@@ -75,4 +75,4 @@
 // never creating or truncating. A handle whose file was deleted or
 // replaced while open is ErrUnlinked: no path leads to it. Sessions use
 // them to carry the files a guest holds open across snapshots and forks.
-package wasi
+package wasifs

@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // swapLayout makes a host directory to mount and a directory outside it:
@@ -95,7 +95,7 @@ func (h *hookFs) SymlinkIfPossible(oldname, newname string) error {
 }
 
 // hostBackends are the two ways to back a mount with a host directory:
-// afero's BasePathFs (path strings handed to the OS) and wasi.RootFs
+// afero's BasePathFs (path strings handed to the OS) and wasifs.RootFs
 // (sandbox.HostDir: an os.Root).
 var hostBackends = []struct {
 	name string
@@ -106,7 +106,7 @@ var hostBackends = []struct {
 }{
 	{"BasePathFs", func(_ *testing.T, dir string) afero.Fs { return afero.NewBasePathFs(afero.NewOsFs(), dir) }, false},
 	{"RootFs", func(t *testing.T, dir string) afero.Fs {
-		r, err := wasi.OpenRootFs(dir)
+		r, err := wasifs.OpenRootFs(dir)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = r.Close() })
 		return r
@@ -121,9 +121,9 @@ func TestEscapeBySymlinkSwap(t *testing.T) {
 	ops := []struct {
 		name string
 		at   string // the check after which the swap happens
-		do   func(fsys *wasi.FS) (readSecret bool)
+		do   func(fsys *wasifs.FS) (readSecret bool)
 	}{
-		{"read", "/x/secret.txt", func(fsys *wasi.FS) bool {
+		{"read", "/x/secret.txt", func(fsys *wasifs.FS) bool {
 			f, errno := fsys.OpenFile("x/secret.txt", sys.O_RDONLY, 0)
 			if errno != 0 {
 				return false
@@ -133,24 +133,24 @@ func TestEscapeBySymlinkSwap(t *testing.T) {
 			n, _ := f.Read(buf)
 			return string(buf[:n]) == secret
 		}},
-		{"create", "/x/new", func(fsys *wasi.FS) bool {
+		{"create", "/x/new", func(fsys *wasifs.FS) bool {
 			if f, errno := fsys.OpenFile("x/new", sys.O_WRONLY|sys.O_CREAT|sys.O_EXCL, 0o644); errno == 0 {
 				f.Close()
 			}
 			return false
 		}},
-		{"truncate", "/x/secret.txt", func(fsys *wasi.FS) bool {
+		{"truncate", "/x/secret.txt", func(fsys *wasifs.FS) bool {
 			if f, errno := fsys.OpenFile("x/secret.txt", sys.O_WRONLY|sys.O_TRUNC, 0); errno == 0 {
 				f.Close()
 			}
 			return false
 		}},
-		{"mkdir", "/x/dir", func(fsys *wasi.FS) bool { fsys.Mkdir("x/dir", 0o755); return false }},
-		{"unlink", "/x/secret.txt", func(fsys *wasi.FS) bool { fsys.Unlink("x/secret.txt"); return false }},
-		{"rename into", "/x/stolen", func(fsys *wasi.FS) bool { fsys.Rename("inside.txt", "x/stolen"); return false }},
-		{"rename from", "/x/secret.txt", func(fsys *wasi.FS) bool { fsys.Rename("x/secret.txt", "stolen"); return false }},
-		{"chmod", "/x/secret.txt", func(fsys *wasi.FS) bool { fsys.Chmod("x/secret.txt", 0o666); return false }},
-		{"symlink", "/x/link", func(fsys *wasi.FS) bool { fsys.Symlink("target", "x/link"); return false }},
+		{"mkdir", "/x/dir", func(fsys *wasifs.FS) bool { fsys.Mkdir("x/dir", 0o755); return false }},
+		{"unlink", "/x/secret.txt", func(fsys *wasifs.FS) bool { fsys.Unlink("x/secret.txt"); return false }},
+		{"rename into", "/x/stolen", func(fsys *wasifs.FS) bool { fsys.Rename("inside.txt", "x/stolen"); return false }},
+		{"rename from", "/x/secret.txt", func(fsys *wasifs.FS) bool { fsys.Rename("x/secret.txt", "stolen"); return false }},
+		{"chmod", "/x/secret.txt", func(fsys *wasifs.FS) bool { fsys.Chmod("x/secret.txt", 0o666); return false }},
+		{"symlink", "/x/link", func(fsys *wasifs.FS) bool { fsys.Symlink("target", "x/link"); return false }},
 	}
 	for _, b := range hostBackends {
 		escapes := 0
@@ -158,7 +158,7 @@ func TestEscapeBySymlinkSwap(t *testing.T) {
 			t.Run(b.name+"/"+op.name, func(t *testing.T) {
 				root, outside, swap, _ := swapLayout(t)
 				h := &hookFs{Fs: b.open(t, root), at: op.at, hook: swap}
-				fsys, err := wasi.NewFS(h, wasi.Options{Quota: wasi.Quota{MaxBytes: 1 << 20}})
+				fsys, err := wasifs.NewFS(h, wasifs.Options{Quota: wasifs.Quota{MaxBytes: 1 << 20}})
 				require.NoError(t, err)
 				read := op.do(fsys)
 				require.NoError(t, h.err)
@@ -192,7 +192,7 @@ func TestEscapeBySymlinkSwapRace(t *testing.T) {
 	for _, b := range hostBackends {
 		t.Run(b.name, func(t *testing.T) {
 			root, outside, swap, unswap := swapLayout(t)
-			fsys, err := wasi.NewFS(b.open(t, root), wasi.Options{})
+			fsys, err := wasifs.NewFS(b.open(t, root), wasifs.Options{})
 			require.NoError(t, err)
 
 			var stop atomic.Bool
@@ -253,11 +253,11 @@ func TestRootFsReadlinkHidesHostPaths(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("f"), 0o644))
 	require.NoError(t, os.Symlink(filepath.Join(dir, "f"), filepath.Join(dir, "host-abs")))
 
-	open := func(dir string) *wasi.FS {
-		r, err := wasi.OpenRootFs(dir)
+	open := func(dir string) *wasifs.FS {
+		r, err := wasifs.OpenRootFs(dir)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = r.Close() })
-		fsys, err := wasi.NewFS(r, wasi.Options{})
+		fsys, err := wasifs.NewFS(r, wasifs.Options{})
 		require.NoError(t, err)
 		return fsys
 	}
@@ -267,7 +267,7 @@ func TestRootFsReadlinkHidesHostPaths(t *testing.T) {
 	require.Equal(t, sys.Errno(0), fsys.Symlink("../../../../../..", "a/root"))
 	require.Equal(t, sys.EPERM, fsys.Symlink(filepath.Join(dir, "f"), "abs"))
 	// The host may make one through the RootFs: it is stored relative too.
-	r, err := wasi.OpenRootFs(dir)
+	r, err := wasifs.OpenRootFs(dir)
 	require.NoError(t, err)
 	require.NoError(t, r.SymlinkIfPossible("/f", "/a/b/abs"))
 	require.NoError(t, r.Close())
@@ -281,7 +281,7 @@ func TestRootFsReadlinkHidesHostPaths(t *testing.T) {
 	}
 
 	want := map[string]string{"a/b/up": "../../f", "a/b/climb": "../../f", "a/root": "..", "a/b/abs": "../../f", "host-abs": "/f"}
-	check := func(fsys *wasi.FS, hostPaths ...string) {
+	check := func(fsys *wasifs.FS, hostPaths ...string) {
 		t.Helper()
 		for link, target := range want {
 			got, errno := fsys.Readlink(link)
@@ -315,7 +315,7 @@ func TestRootFsErrorsHideHostPaths(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "d"), 0o755))
 	require.NoError(t, os.Symlink("/etc", filepath.Join(dir, "abs")))
-	r, err := wasi.OpenRootFs(dir)
+	r, err := wasifs.OpenRootFs(dir)
 	require.NoError(t, err)
 	defer r.Close()
 	require.Equal(t, "RootFs", r.Name())
@@ -344,13 +344,13 @@ func TestRootFsErrorsHideHostPaths(t *testing.T) {
 		require.NotContains(t, err.Error(), dir, i)
 	}
 	// A link out of the directory, met by os.Root, is EPERM to the guest.
-	fsys, err := wasi.NewFS(r, wasi.Options{})
+	fsys, err := wasifs.NewFS(r, wasifs.Options{})
 	require.NoError(t, err)
 	_, err = r.Open("abs/passwd")
 	require.True(t, errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "escapes"), err)
 	_, errno := fsys.Stat("abs/passwd")
 	require.Equal(t, sys.ENOENT, errno, "the resolver takes /etc inside the mount")
 
-	_, err = wasi.OpenRootFs(filepath.Join(dir, "missing"))
+	_, err = wasifs.OpenRootFs(filepath.Join(dir, "missing"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 }

@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"fmt"
@@ -7,19 +7,19 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // This mounts a writable in-memory file system with a quota at "/" and a
 // read-only one at "/data".
 func ExampleNewFS() {
-	scratch, err := wasi.NewFS(afero.NewMemMapFs(), wasi.Options{
-		Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 10_000},
+	scratch, err := wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{
+		Quota: wasifs.Quota{MaxBytes: 64 << 20, MaxFiles: 10_000},
 	})
 	if err != nil {
 		panic(err)
 	}
-	data, err := wasi.NewFS(afero.NewMemMapFs(), wasi.Options{ReadOnly: true})
+	data, err := wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{ReadOnly: true})
 	if err != nil {
 		panic(err)
 	}
@@ -29,5 +29,5 @@ func ExampleNewFS() {
 	_ = moduleConfig // pass to wazero.Runtime.InstantiateModule
 
 	fmt.Println(scratch, data)
-	// Output: wasi.FS(MemMapFS, rw) wasi.FS(MemMapFS, ro)
+	// Output: wasifs.FS(MemMapFS, rw) wasifs.FS(MemMapFS, ro)
 }

@@ -1,7 +1,7 @@
-// Package wasitest checks that a wasi.FS over a given kind of afero.Fs
+// Package wasitest checks that a wasifs.FS over a given kind of afero.Fs
 // behaves as wazero and a POSIX guest expect, in the spirit of
 // testing/fstest.TestFS.
-package wasitest
+package wasifs_test
 
 import (
 	"bytes"
@@ -17,17 +17,17 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sys"
 	sysapi "github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
-// Work is the directory, under the root of each fresh backing file system,
+// work is the directory, under the root of each fresh backing file system,
 // in which TestFS works. It must not exist in what newFs returns.
-const Work = "/wasitest"
+const work = "/wasitest"
 
 // hugeQuota turns accounting on without limiting anything.
-var hugeQuota = wasi.Quota{MaxBytes: 1 << 50, MaxFiles: 1 << 40}
+var hugeQuota = wasifs.Quota{MaxBytes: 1 << 50, MaxFiles: 1 << 40}
 
-// TestFS runs the conformance battery against wasi.NewFS over file systems
+// TestFS runs the conformance battery against wasifs.NewFS over file systems
 // made by newFs, which must return a fresh, writable afero.Fs (with or
 // without content) for each call. Each check runs as a subtest, on its own
 // fresh file system, twice: without a quota and with a quota too large to
@@ -36,7 +36,7 @@ var hugeQuota = wasi.Quota{MaxBytes: 1 << 50, MaxFiles: 1 << 40}
 //
 // Symbolic link checks run when the FS can create links (Symlink does not
 // fail with ENOSYS), and are skipped otherwise.
-func TestFS(t *testing.T, newFs func(t *testing.T) afero.Fs) {
+func testFS(t *testing.T, newFs func(t *testing.T) afero.Fs) {
 	t.Helper()
 	for _, c := range checks {
 		for _, accounting := range []bool{false, true} {
@@ -46,14 +46,14 @@ func TestFS(t *testing.T, newFs func(t *testing.T) afero.Fs) {
 			}
 			t.Run(name, func(t *testing.T) {
 				backing := newFs(t)
-				opts := wasi.Options{}
+				opts := wasifs.Options{}
 				if accounting {
 					opts.Quota = hugeQuota
 				}
-				fsys, err := wasi.NewFS(backing, opts)
+				fsys, err := wasifs.NewFS(backing, opts)
 				require.NoError(t, err)
 				e := &env{t: t, fs: fsys, backing: backing, opts: opts}
-				e.ok(fsys.Mkdir(Work, 0o755), "wasitest: %s must not exist in the fs newFs returns", Work)
+				e.ok(fsys.Mkdir(work, 0o755), "wasitest: %s must not exist in the fs newFs returns", work)
 				c.run(e)
 				if accounting {
 					e.checkUsage()
@@ -98,14 +98,14 @@ var checks = []struct {
 // env is one check's FS and helpers.
 type env struct {
 	t       *testing.T
-	fs      *wasi.FS
+	fs      *wasifs.FS
 	backing afero.Fs
-	opts    wasi.Options // what fs was made with
+	opts    wasifs.Options // what fs was made with
 }
 
-// p returns the path of name under Work, keeping a trailing slash.
+// p returns the path of name under work, keeping a trailing slash.
 func (e *env) p(name string) string {
-	p := path.Join(Work, name)
+	p := path.Join(work, name)
 	if strings.HasSuffix(name, "/") {
 		p += "/"
 	}
@@ -193,7 +193,7 @@ func (e *env) names(name string) []string {
 // checkUsage compares the FS's usage with a recount of its backing fs.
 func (e *env) checkUsage() {
 	e.t.Helper()
-	fresh, err := wasi.NewFS(e.backing, wasi.Options{Quota: hugeQuota})
+	fresh, err := wasifs.NewFS(e.backing, wasifs.Options{Quota: hugeQuota})
 	require.NoError(e.t, err)
 	require.Equal(e.t, fresh.Usage(), e.fs.Usage(), "usage kept by the FS differs from a recount")
 }
@@ -274,7 +274,7 @@ func testCreateWriteRead(e *env) {
 	require.Equal(e.t, "sS", e.readFile(e.p("sync")))
 	// Paths may be given with or without a leading slash, with "." parts.
 	require.Equal(e.t, "hello, world", e.readFile(strings.TrimPrefix(e.p("./a.txt"), "/")))
-	require.Equal(e.t, "hello, world", e.readFile(Work+"/./a.txt"))
+	require.Equal(e.t, "hello, world", e.readFile(work+"/./a.txt"))
 }
 
 func testOpenErrors(e *env) {
@@ -314,7 +314,7 @@ func testOpenErrors(e *env) {
 	e.ok(f.Close())
 
 	// A directory opens read-only, and "." and the root are directories.
-	for _, name := range []string{e.p("dir"), e.p("dir/"), ".", "/", "", Work + "/dir/.."} {
+	for _, name := range []string{e.p("dir"), e.p("dir/"), ".", "/", "", work + "/dir/.."} {
 		d, errno := e.fs.OpenFile(name, sys.O_RDONLY, 0)
 		e.ok(errno, "open %q", name)
 		isDir, errno := d.IsDir()
@@ -613,7 +613,7 @@ func testMkdir(e *env) {
 	e.ok(e.fs.Mkdir(e.p("slash/"), 0o755), "a trailing slash")
 	e.ok(e.fs.Mkdir(e.p("d/nested"), 0o755))
 	e.fail(sys.EEXIST, e.fs.Mkdir("/", 0o755), "the root")
-	require.Equal(e.t, []string{"d", "f", "slash"}, e.names(Work))
+	require.Equal(e.t, []string{"d", "f", "slash"}, e.names(work))
 }
 
 func testRmdir(e *env) {
@@ -646,7 +646,7 @@ func testUnlink(e *env) {
 	// A new file of the same name is a new file.
 	e.writeFile(e.p("f"), "new")
 	require.Equal(e.t, "new", e.readFile(e.p("f")))
-	require.Equal(e.t, []string{"d", "f"}, e.names(Work))
+	require.Equal(e.t, []string{"d", "f"}, e.names(work))
 }
 
 func testRename(e *env) {
@@ -695,7 +695,7 @@ func testRename(e *env) {
 	// Into another directory.
 	e.ok(e.fs.Rename(e.p("d3"), e.p("full/d3")))
 	require.Equal(e.t, "I", e.readFile(e.p("full/d3/inner")))
-	require.Equal(e.t, []string{"c", "full"}, e.names(Work))
+	require.Equal(e.t, []string{"c", "full"}, e.names(work))
 	require.Equal(e.t, []string{"d3", "x"}, e.names(e.p("full")))
 
 	// A directory renamed to itself stays as it is.
@@ -813,16 +813,16 @@ func testDotDotEscape(e *env) {
 	// ".." never leaves the root: these all name files in the root.
 	e.writeFile("../../top.txt", "top")
 	require.Equal(e.t, "top", e.readFile("/top.txt"))
-	require.Equal(e.t, "top", e.readFile(Work+"/../../../../top.txt"))
+	require.Equal(e.t, "top", e.readFile(work+"/../../../../top.txt"))
 	_, err := e.backing.Stat("/top.txt")
 	require.NoError(e.t, err, "the file is at the root of the backing fs")
 	root, errno := e.fs.Stat("/")
 	e.ok(errno)
-	for _, name := range []string{"..", "../..", "/..", Work + "/../..", Work + "/../../../.."} {
+	for _, name := range []string{"..", "../..", "/..", work + "/../..", work + "/../../../.."} {
 		st, errno := e.fs.Stat(name)
 		e.ok(errno, name)
 		require.Equal(e.t, root.Ino, st.Ino, name)
-		p, err := wasi.Resolve(e.backing, name)
+		p, err := wasifs.Resolve(e.backing, name)
 		require.NoError(e.t, err)
 		require.Equal(e.t, "/", p, name)
 	}
@@ -864,14 +864,14 @@ func (e *env) hostSymlink(target, name string) {
 		target = path.Clean(target)
 	}
 	require.NoError(e.t, linker.SymlinkIfPossible(target, name))
-	fsys, err := wasi.NewFS(e.backing, e.opts)
+	fsys, err := wasifs.NewFS(e.backing, e.opts)
 	require.NoError(e.t, err)
 	e.fs = fsys
 }
 
 // requireLinkTarget checks what readlink returns for a link in dir created
 // with target: the target itself, or the same place as an absolute path in
-// the mount (afero.BasePathFs) or as a path relative to dir (wasi.RootFs,
+// the mount (afero.BasePathFs) or as a path relative to dir (wasifs.RootFs,
 // for an absolute target).
 func (e *env) requireLinkTarget(link, dir, target string) {
 	e.t.Helper()
@@ -917,7 +917,7 @@ func testSymlinks(e *env) {
 	e.ok(e.fs.Mkdir(e.p("dir"), 0o755))
 	e.writeFile(e.p("dir/file"), "content")
 
-	e.hostSymlink(Work+"/dir", e.p("abs"))
+	e.hostSymlink(work+"/dir", e.p("abs"))
 	e.ok(e.fs.Symlink("dir/file", e.p("rel")))
 	e.ok(e.fs.Symlink("../dir/file", e.p("dir/up")))
 	e.ok(e.fs.Symlink("missing", e.p("dangling")))
@@ -929,8 +929,8 @@ func testSymlinks(e *env) {
 	require.Equal(e.t, "content", e.readFile(e.p("rel")))
 	require.Equal(e.t, "content", e.readFile(e.p("abs/file")))
 	require.Equal(e.t, "content", e.readFile(e.p("dir/up")))
-	e.requireLinkTarget(e.p("rel"), Work, "dir/file")
-	e.requireLinkTarget(e.p("abs"), Work, Work+"/dir")
+	e.requireLinkTarget(e.p("rel"), work, "dir/file")
+	e.requireLinkTarget(e.p("abs"), work, work+"/dir")
 	_, errno := e.fs.Readlink(e.p("dir/file"))
 	e.fail(sys.EINVAL, errno, "readlink of a file")
 	_, errno = e.fs.Readlink(e.p("missing"))
@@ -965,7 +965,7 @@ func testSymlinks(e *env) {
 	require.True(e.t, e.exists(e.p("missing")))
 
 	// Readdir shows links as links.
-	d := e.open(Work, sys.O_RDONLY)
+	d := e.open(work, sys.O_RDONLY)
 	ents, errno := d.Readdir(-1)
 	e.ok(errno)
 	e.ok(d.Close())
@@ -986,15 +986,15 @@ func testSymlinks(e *env) {
 	require.True(e.t, e.exists(e.p("dir")))
 	// Too many links in a chain: ELOOP.
 	prev := "dir/file"
-	for i := 0; i <= wasi.MaxSymlinks; i++ {
+	for i := 0; i <= wasifs.MaxSymlinks; i++ {
 		name := "chain" + strings.Repeat("x", i)
 		e.ok(e.fs.Symlink(prev, e.p(name)))
 		prev = name
 	}
 	_, errno = e.fs.Stat(e.p(prev))
-	e.fail(sys.ELOOP, errno, "a chain of %d links", wasi.MaxSymlinks+1)
-	_, errno = e.fs.Stat(e.p("chain" + strings.Repeat("x", wasi.MaxSymlinks-1)))
-	e.ok(errno, "a chain of %d links", wasi.MaxSymlinks)
+	e.fail(sys.ELOOP, errno, "a chain of %d links", wasifs.MaxSymlinks+1)
+	_, errno = e.fs.Stat(e.p("chain" + strings.Repeat("x", wasifs.MaxSymlinks-1)))
+	e.ok(errno, "a chain of %d links", wasifs.MaxSymlinks)
 }
 
 func testSymlinkEscape(e *env) {
@@ -1011,7 +1011,7 @@ func testSymlinkEscape(e *env) {
 	e.ok(e.fs.Symlink("up/etc", e.p("etc")))
 	for _, name := range []string{"up", "root", "rootup"} {
 		require.Equal(e.t, "in root", e.readFile(e.p(name+"/secret-in-root")), name)
-		p, err := wasi.Resolve(e.backing, e.p(name))
+		p, err := wasifs.Resolve(e.backing, e.p(name))
 		require.NoError(e.t, err)
 		require.Equal(e.t, "/", p, name)
 	}
@@ -1028,19 +1028,19 @@ func testSymlinkEscape(e *env) {
 }
 
 func testReadOnly(t *testing.T, backing afero.Fs) {
-	rw, err := wasi.NewFS(backing, wasi.Options{})
+	rw, err := wasifs.NewFS(backing, wasifs.Options{})
 	require.NoError(t, err)
 	e := &env{t: t, fs: rw, backing: backing}
-	e.ok(rw.Mkdir(Work, 0o755))
+	e.ok(rw.Mkdir(work, 0o755))
 	e.writeFile(e.p("f"), "data")
 	e.ok(rw.Mkdir(e.p("d"), 0o755))
 
-	ro, err := wasi.NewFS(backing, wasi.Options{ReadOnly: true})
+	ro, err := wasifs.NewFS(backing, wasifs.Options{ReadOnly: true})
 	require.NoError(t, err)
 	require.True(t, ro.ReadOnly())
 	e.fs = ro
 	require.Equal(t, "data", e.readFile(e.p("f")))
-	require.Equal(t, []string{"d", "f"}, e.names(Work))
+	require.Equal(t, []string{"d", "f"}, e.names(work))
 	for _, flag := range []sys.Oflag{sys.O_WRONLY, sys.O_RDWR, sys.O_RDONLY | sys.O_TRUNC, sys.O_RDWR | sys.O_APPEND} {
 		_, errno := ro.OpenFile(e.p("f"), flag, 0)
 		e.fail(sys.EROFS, errno, "open flag %v", flag)
@@ -1067,27 +1067,27 @@ func testReadOnly(t *testing.T, backing afero.Fs) {
 	// Nothing changed underneath.
 	e.fs = rw
 	require.Equal(t, "data", e.readFile(e.p("f")))
-	require.Equal(t, []string{"d", "f"}, e.names(Work))
+	require.Equal(t, []string{"d", "f"}, e.names(work))
 }
 
 // newQuotaEnv makes an FS over backing whose limits are what backing
 // already uses plus extraBytes and extraFiles (zero: no limit).
 func newQuotaEnv(t *testing.T, backing afero.Fs, extraBytes, extraFiles int64) *env {
-	counted, err := wasi.NewFS(backing, wasi.Options{Quota: hugeQuota})
+	counted, err := wasifs.NewFS(backing, wasifs.Options{Quota: hugeQuota})
 	require.NoError(t, err)
 	base := counted.Usage()
-	q := wasi.Quota{}
+	q := wasifs.Quota{}
 	if extraBytes > 0 {
 		q.MaxBytes = base.Bytes + extraBytes
 	}
 	if extraFiles > 0 {
-		q.MaxFiles = base.Files + 1 + extraFiles // +1: Work itself
+		q.MaxFiles = base.Files + 1 + extraFiles // +1: work itself
 	}
-	fsys, err := wasi.NewFS(backing, wasi.Options{Quota: q})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{Quota: q})
 	require.NoError(t, err)
 	require.Equal(t, q, fsys.Quota())
 	e := &env{t: t, fs: fsys, backing: backing}
-	e.ok(fsys.Mkdir(Work, 0o755))
+	e.ok(fsys.Mkdir(work, 0o755))
 	return e
 }
 
@@ -1100,14 +1100,14 @@ func testQuotaBytes(t *testing.T, backing afero.Fs) {
 	require.Equal(t, 8, n)
 	// A write past the quota writes nothing.
 	n, errno = f.Write([]byte("abcde"))
-	e.fail(wasi.ENOSPC, errno)
+	e.fail(wasifs.ENOSPC, errno)
 	require.Zero(t, n)
 	require.Equal(t, "12345678", e.readFile(e.p("f")))
 	// So does a pwrite whose end is past it, and a truncate that grows past it.
 	n, errno = f.Pwrite([]byte("xyz"), 8)
-	e.fail(wasi.ENOSPC, errno)
+	e.fail(wasifs.ENOSPC, errno)
 	require.Zero(t, n)
-	e.fail(wasi.ENOSPC, f.Truncate(11))
+	e.fail(wasifs.ENOSPC, f.Truncate(11))
 	st, errno := f.Stat()
 	e.ok(errno)
 	require.Equal(t, int64(8), st.Size)
@@ -1153,12 +1153,12 @@ func testQuotaFiles(t *testing.T, backing afero.Fs) {
 	e.writeFile(e.p("d/b"), "")
 	require.Equal(t, base+3, e.fs.Usage().Files)
 	_, errno := e.fs.OpenFile(e.p("c"), sys.O_RDWR|sys.O_CREAT, 0o644)
-	e.fail(wasi.ENOSPC, errno)
+	e.fail(wasifs.ENOSPC, errno)
 	require.False(t, e.exists(e.p("c")), "nothing is created past the quota")
-	e.fail(wasi.ENOSPC, e.fs.Mkdir(e.p("d2"), 0o755))
+	e.fail(wasifs.ENOSPC, e.fs.Mkdir(e.p("d2"), 0o755))
 	require.False(t, e.exists(e.p("d2")))
 	if errno := e.fs.Symlink("a", e.p("l")); errno != sys.ENOSYS {
-		e.fail(wasi.ENOSPC, errno)
+		e.fail(wasifs.ENOSPC, errno)
 	}
 	require.False(t, e.exists(e.p("l")))
 	// Opening existing files is fine, and removing frees slots.
@@ -1187,9 +1187,9 @@ func testQuotaOpenUnlinked(t *testing.T, backing afero.Fs) {
 	e.writeFile(e.p("g"), "1234")
 	h := e.open(e.p("h"), sys.O_RDWR|sys.O_CREAT)
 	_, errno = h.Write([]byte("x"))
-	e.fail(wasi.ENOSPC, errno)
+	e.fail(wasifs.ENOSPC, errno)
 	_, errno = f.Write([]byte("78"))
-	e.fail(wasi.ENOSPC, errno, "the unlinked file is still counted")
+	e.fail(wasifs.ENOSPC, errno, "the unlinked file is still counted")
 	e.ok(f.Truncate(2))
 	require.Equal(t, base+6, e.fs.Usage().Bytes)
 	e.ok(f.Close())
@@ -1205,18 +1205,18 @@ func testQuotaOpenUnlinked(t *testing.T, backing afero.Fs) {
 }
 
 func testIsolation(t *testing.T, backing1, backing2 afero.Fs) {
-	fs1, err := wasi.NewFS(backing1, wasi.Options{})
+	fs1, err := wasifs.NewFS(backing1, wasifs.Options{})
 	require.NoError(t, err)
-	fs2, err := wasi.NewFS(backing2, wasi.Options{})
+	fs2, err := wasifs.NewFS(backing2, wasifs.Options{})
 	require.NoError(t, err)
 	e1 := &env{t: t, fs: fs1, backing: backing1}
 	e2 := &env{t: t, fs: fs2, backing: backing2}
-	e1.ok(fs1.Mkdir(Work, 0o755))
-	e2.ok(fs2.Mkdir(Work, 0o755))
+	e1.ok(fs1.Mkdir(work, 0o755))
+	e2.ok(fs2.Mkdir(work, 0o755))
 	e1.writeFile(e1.p("one"), "1")
 	e2.writeFile(e2.p("two"), "2")
-	require.Equal(t, []string{"one"}, e1.names(Work))
-	require.Equal(t, []string{"two"}, e2.names(Work))
+	require.Equal(t, []string{"one"}, e1.names(work))
+	require.Equal(t, []string{"two"}, e2.names(work))
 	_, errno := fs1.Stat(e1.p("two"))
 	e1.fail(sys.ENOENT, errno)
 	_, errno = fs2.Stat(e2.p("one"))

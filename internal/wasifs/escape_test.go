@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 const secret = "TOP SECRET"
@@ -80,7 +80,7 @@ func TestHostSymlinkEscape(t *testing.T) {
 }
 
 func testHostSymlinkEscape(t *testing.T, root, outside string, backing afero.Fs) {
-	fsys, err := wasi.NewFS(backing, wasi.Options{Quota: wasi.Quota{MaxBytes: 1 << 20}})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{Quota: wasifs.Quota{MaxBytes: 1 << 20}})
 	require.NoError(t, err)
 
 	// Paths through the links. "etc" points at "/etc" in the mount, which is
@@ -139,7 +139,7 @@ func testHostSymlinkEscape(t *testing.T, root, outside string, backing afero.Fs)
 
 	// Every resolution stays in the root of the backing fs.
 	for _, name := range []string{"abs", "absfile", "rel", "a/b/up", "etc", "passwd", "rel/secret.txt", "a/b/up/.."} {
-		p, err := wasi.Resolve(backing, name)
+		p, err := wasifs.Resolve(backing, name)
 		if err != nil {
 			require.Contains(t, []error{sys.ENOENT, sys.ELOOP}, err, name)
 			continue
@@ -163,7 +163,7 @@ func testHostSymlinkEscape(t *testing.T, root, outside string, backing afero.Fs)
 	require.ErrorIs(t, err, os.ErrNotExist)
 	// Through the backing fs, BasePathFs and RootFs store an absolute
 	// target under the root, and it reads back relative to the mount.
-	_, isRoot := backing.(*wasi.RootFs)
+	_, isRoot := backing.(*wasifs.RootFs)
 	require.NoError(t, backing.(afero.Linker).SymlinkIfPossible("/etc/passwd", "/mine"))
 	hostTarget, err := os.Readlink(filepath.Join(root, "mine"))
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func testHostSymlinkEscape(t *testing.T, root, outside string, backing afero.Fs)
 
 func TestSymlinkLoopsAndLimits(t *testing.T) {
 	backing := newSymlinkMemFs()
-	fsys, err := wasi.NewFS(backing, wasi.Options{})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{})
 	require.NoError(t, err)
 	require.Equal(t, sys.Errno(0), fsys.Symlink("self", "self"))
 	// An absolute target is refused; the host can still make one.
@@ -217,5 +217,5 @@ func TestSymlinkLoopsAndLimits(t *testing.T) {
 	require.Equal(t, sys.Errno(0), errno, "40 links are fine")
 	_, errno = fsys.Stat("longname")
 	require.Equal(t, sys.ENAMETOOLONG, errno)
-	require.Equal(t, sys.ENAMETOOLONG, fsys.Symlink(strings.Repeat("a", wasi.MaxPathLen+1), "toolong"))
+	require.Equal(t, sys.ENAMETOOLONG, fsys.Symlink(strings.Repeat("a", wasifs.MaxPathLen+1), "toolong"))
 }

@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"io"
@@ -10,34 +10,34 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 func TestNewFSErrors(t *testing.T) {
-	_, err := wasi.NewFS(nil, wasi.Options{})
+	_, err := wasifs.NewFS(nil, wasifs.Options{})
 	require.Error(t, err)
-	_, err = wasi.NewFS(afero.NewMemMapFs(), wasi.Options{Quota: wasi.Quota{MaxBytes: -1}})
+	_, err = wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{Quota: wasifs.Quota{MaxBytes: -1}})
 	require.Error(t, err)
-	_, err = wasi.NewFS(afero.NewMemMapFs(), wasi.Options{Quota: wasi.Quota{MaxFiles: -1}})
+	_, err = wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{Quota: wasifs.Quota{MaxFiles: -1}})
 	require.Error(t, err)
 	missing := filepath.Join(t.TempDir(), "missing")
-	_, err = wasi.NewFS(afero.NewBasePathFs(afero.NewOsFs(), missing), wasi.Options{})
+	_, err = wasifs.NewFS(afero.NewBasePathFs(afero.NewOsFs(), missing), wasifs.Options{})
 	require.ErrorIs(t, err, sys.ENOENT)
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
-	_, err = wasi.NewFS(afero.NewBasePathFs(afero.NewOsFs(), file), wasi.Options{})
+	_, err = wasifs.NewFS(afero.NewBasePathFs(afero.NewOsFs(), file), wasifs.Options{})
 	require.ErrorContains(t, err, "not a directory")
 
-	fsys, err := wasi.NewFS(afero.NewMemMapFs(), wasi.Options{ReadOnly: true})
+	fsys, err := wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{ReadOnly: true})
 	require.NoError(t, err)
-	require.Equal(t, "wasi.FS(MemMapFS, ro)", fsys.String())
-	require.Equal(t, wasi.Usage{}, fsys.Usage(), "no quota: no accounting")
+	require.Equal(t, "wasifs.FS(MemMapFS, ro)", fsys.String())
+	require.Equal(t, wasifs.Usage{}, fsys.Usage(), "no quota: no accounting")
 }
 
 func TestENOSPC(t *testing.T) {
-	require.NotEqual(t, sys.EIO, wasi.ENOSPC)
+	require.NotEqual(t, sys.EIO, wasifs.ENOSPC)
 	for e := sys.Errno(1); e <= sys.EROFS; e++ {
-		require.NotEqual(t, e, wasi.ENOSPC, "ENOSPC must not collide with %v", e)
+		require.NotEqual(t, e, wasifs.ENOSPC, "ENOSPC must not collide with %v", e)
 	}
 }
 
@@ -51,21 +51,21 @@ func TestPersistentVolumeUsage(t *testing.T) {
 	backing := afero.NewBasePathFs(afero.NewOsFs(), dir)
 
 	// The content is counted: a, a/b, a/one, a/b/two, link; 150 bytes.
-	fsys, err := wasi.NewFS(backing, wasi.Options{Quota: wasi.Quota{MaxBytes: 120, MaxFiles: 5}})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{Quota: wasifs.Quota{MaxBytes: 120, MaxFiles: 5}})
 	require.NoError(t, err)
-	require.Equal(t, wasi.Usage{Bytes: 150, Files: 5}, fsys.Usage())
+	require.Equal(t, wasifs.Usage{Bytes: 150, Files: 5}, fsys.Usage())
 
 	// Over the quota from the start: nothing may grow, but removing works.
 	f, errno := fsys.OpenFile("a/one", sys.O_RDWR, 0)
 	require.Equal(t, sys.Errno(0), errno)
 	_, errno = f.Pwrite([]byte("x"), 100)
-	require.Equal(t, wasi.ENOSPC, errno)
+	require.Equal(t, wasifs.ENOSPC, errno)
 	_, errno = f.Pwrite([]byte("overwrite"), 0)
 	require.Equal(t, sys.Errno(0), errno, "overwriting does not grow")
 	require.Equal(t, sys.Errno(0), f.Truncate(10))
 	require.Equal(t, sys.Errno(0), f.Close())
-	require.Equal(t, wasi.Usage{Bytes: 60, Files: 5}, fsys.Usage())
-	require.Equal(t, wasi.ENOSPC, fsys.Mkdir("c", 0o755), "MaxFiles reached")
+	require.Equal(t, wasifs.Usage{Bytes: 60, Files: 5}, fsys.Usage())
+	require.Equal(t, wasifs.ENOSPC, fsys.Mkdir("c", 0o755), "MaxFiles reached")
 	require.Equal(t, sys.Errno(0), fsys.Unlink("link"))
 	require.Equal(t, sys.Errno(0), fsys.Mkdir("c", 0o755))
 	fi, err := os.Stat(filepath.Join(dir, "a", "one"))
@@ -75,10 +75,10 @@ func TestPersistentVolumeUsage(t *testing.T) {
 
 func TestCopyOnWriteBaseContent(t *testing.T) {
 	backing := newCopyOnWrite(t)
-	fsys, err := wasi.NewFS(backing, wasi.Options{Quota: wasi.Quota{MaxBytes: 1000, MaxFiles: 100}})
+	fsys, err := wasifs.NewFS(backing, wasifs.Options{Quota: wasifs.Quota{MaxBytes: 1000, MaxFiles: 100}})
 	require.NoError(t, err)
 	// readme.txt, lib, lib/python, os.py, empty.py
-	require.Equal(t, wasi.Usage{Bytes: int64(len("read me") + len("import sys\n")), Files: 5}, fsys.Usage())
+	require.Equal(t, wasifs.Usage{Bytes: int64(len("read me") + len("import sys\n")), Files: 5}, fsys.Usage())
 
 	// The base content reads as usual.
 	f, errno := fsys.OpenFile("/lib/python/os.py", sys.O_RDONLY, 0)
@@ -104,7 +104,7 @@ func TestCopyOnWriteBaseContent(t *testing.T) {
 	require.Equal(t, sys.EPERM, fsys.Rename("/lib/python/os.py", "/os.py"))
 	_, errno = fsys.Stat("/lib/python/os.py")
 	require.Equal(t, sys.Errno(0), errno)
-	fresh, err := wasi.NewFS(backing, wasi.Options{Quota: wasi.Quota{MaxBytes: 1000}})
+	fresh, err := wasifs.NewFS(backing, wasifs.Options{Quota: wasifs.Quota{MaxBytes: 1000}})
 	require.NoError(t, err)
 	require.Equal(t, fresh.Usage(), fsys.Usage())
 }
@@ -126,7 +126,7 @@ func (r fileReader) Read(p []byte) (int, error) {
 func TestConcurrentUse(t *testing.T) {
 	// One FS used from several goroutines (as when one FS is mounted in
 	// several module instances): the quota holds exactly.
-	fsys, err := wasi.NewFS(afero.NewMemMapFs(), wasi.Options{Quota: wasi.Quota{MaxBytes: 1000}})
+	fsys, err := wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{Quota: wasifs.Quota{MaxBytes: 1000}})
 	require.NoError(t, err)
 	const workers, writes = 8, 50
 	done := make(chan int)

@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"io"
@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 func TestDescribeReopen(t *testing.T) {
 	mem := afero.NewMemMapFs()
 	require.NoError(t, mem.MkdirAll("/d", 0o755))
 	require.NoError(t, afero.WriteFile(mem, "/d/a.txt", []byte("hello world"), 0o644))
-	fsys, err := wasi.NewFS(mem, wasi.Options{})
+	fsys, err := wasifs.NewFS(mem, wasifs.Options{})
 	require.NoError(t, err)
 
 	f, errno := fsys.OpenFile("d/a.txt", sys.O_RDWR|sys.O_APPEND|sys.O_TRUNC|sys.O_CREAT, 0o644)
@@ -26,7 +26,7 @@ func TestDescribeReopen(t *testing.T) {
 	require.Zero(t, errno)
 	h, err := fsys.Describe(f)
 	require.NoError(t, err)
-	require.Equal(t, wasi.Handle{Path: "d/a.txt", Read: true, Write: true, Append: true, Offset: 2}, h)
+	require.Equal(t, wasifs.Handle{Path: "d/a.txt", Read: true, Write: true, Append: true, Offset: 2}, h)
 	require.Equal(t, sys.O_RDWR|sys.O_APPEND, h.Flags(), "never O_CREAT or O_TRUNC")
 
 	// A copy of the content: the reopened handle reads at the offset, and
@@ -34,7 +34,7 @@ func TestDescribeReopen(t *testing.T) {
 	copyFs := afero.NewMemMapFs()
 	require.NoError(t, copyFs.MkdirAll("/d", 0o755))
 	require.NoError(t, afero.WriteFile(copyFs, "/d/a.txt", []byte("abc"), 0o644))
-	other, err := wasi.NewFS(copyFs, wasi.Options{})
+	other, err := wasifs.NewFS(copyFs, wasifs.Options{})
 	require.NoError(t, err)
 	g, errno := other.Reopen(h)
 	require.Zero(t, errno)
@@ -49,7 +49,7 @@ func TestDescribeReopen(t *testing.T) {
 	require.Zero(t, errno)
 	hd, err := fsys.Describe(d)
 	require.NoError(t, err)
-	require.Equal(t, wasi.Handle{Path: "d", Dir: true, Read: true}, hd)
+	require.Equal(t, wasifs.Handle{Path: "d", Dir: true, Read: true}, hd)
 	root, errno := fsys.OpenFile(".", sys.O_RDONLY, 0)
 	require.Zero(t, errno)
 	hr, err := fsys.Describe(root)
@@ -69,25 +69,25 @@ func TestDescribeReopen(t *testing.T) {
 	// Deleted while open: said, with the path it had.
 	require.Zero(t, fsys.Unlink("d/b.txt"))
 	h, err = fsys.Describe(f)
-	require.ErrorIs(t, err, wasi.ErrUnlinked)
+	require.ErrorIs(t, err, wasifs.ErrUnlinked)
 	require.Equal(t, "d/b.txt", h.Path)
 	_, errno = fsys.Reopen(h)
 	require.Equal(t, sys.ENOENT, errno)
 
 	// Not a handle of this FS, or closed.
 	_, err = other.Describe(f)
-	require.ErrorIs(t, err, wasi.ErrNotHandle)
+	require.ErrorIs(t, err, wasifs.ErrNotHandle)
 	require.Zero(t, f.Close())
 	_, err = fsys.Describe(f)
-	require.ErrorIs(t, err, wasi.ErrNotHandle)
+	require.ErrorIs(t, err, wasifs.ErrNotHandle)
 
 	// A file where a directory was, and a read-only FS.
-	_, errno = other.Reopen(wasi.Handle{Path: "d/a.txt", Dir: true, Read: true})
+	_, errno = other.Reopen(wasifs.Handle{Path: "d/a.txt", Dir: true, Read: true})
 	require.NotZero(t, errno)
-	ro, err := wasi.NewFS(copyFs, wasi.Options{ReadOnly: true})
+	ro, err := wasifs.NewFS(copyFs, wasifs.Options{ReadOnly: true})
 	require.NoError(t, err)
-	_, errno = ro.Reopen(wasi.Handle{Path: "d/a.txt", Read: true, Write: true})
+	_, errno = ro.Reopen(wasifs.Handle{Path: "d/a.txt", Read: true, Write: true})
 	require.Equal(t, sys.EROFS, errno)
-	_, errno = ro.Reopen(wasi.Handle{Path: "d/a.txt", Read: true, Offset: -1})
+	_, errno = ro.Reopen(wasifs.Handle{Path: "d/a.txt", Read: true, Offset: -1})
 	require.Equal(t, sys.EINVAL, errno)
 }

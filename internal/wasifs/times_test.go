@@ -1,4 +1,4 @@
-package wasi_test
+package wasifs_test
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/wasi"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // TestAccessTimes checks that atim and mtim are set independently on every
@@ -28,7 +28,7 @@ func TestAccessTimes(t *testing.T) {
 	}
 	for name, newFs := range backends {
 		t.Run(name, func(t *testing.T) {
-			fsys, err := wasi.NewFS(newFs(t), wasi.Options{})
+			fsys, err := wasifs.NewFS(newFs(t), wasifs.Options{})
 			require.NoError(t, err)
 			f, errno := fsys.OpenFile("f", sys.O_RDWR|sys.O_CREAT, 0o644)
 			require.Equal(t, sys.Errno(0), errno)
@@ -105,7 +105,7 @@ func TestHostTimes(t *testing.T) {
 	atime := time.Unix(1_000_000, 123)
 	mtime := time.Unix(2_000_000, 456)
 	require.NoError(t, os.Chtimes(p, atime, mtime))
-	fsys, err := wasi.NewFS(afero.NewBasePathFs(afero.NewOsFs(), dir), wasi.Options{})
+	fsys, err := wasifs.NewFS(afero.NewBasePathFs(afero.NewOsFs(), dir), wasifs.Options{})
 	require.NoError(t, err)
 	st, errno := fsys.Stat("f")
 	require.Equal(t, sys.Errno(0), errno)
@@ -115,7 +115,7 @@ func TestHostTimes(t *testing.T) {
 	// Set through the FS, the times are the host's.
 	require.Equal(t, sys.Errno(0), fsys.Utimens("f", sys.UTIME_OMIT, mtime.UnixNano()+1000))
 	// A fresh FS, which keeps nothing of its own, reads them from the host.
-	fresh, err := wasi.NewFS(afero.NewBasePathFs(afero.NewOsFs(), dir), wasi.Options{})
+	fresh, err := wasifs.NewFS(afero.NewBasePathFs(afero.NewOsFs(), dir), wasifs.Options{})
 	require.NoError(t, err)
 	st, errno = fresh.Stat("f")
 	require.Equal(t, sys.Errno(0), errno)
