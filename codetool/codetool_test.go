@@ -11,18 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/codetool"
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
 func newTool(t *testing.T, o *codetool.Options) *codetool.Tool {
 	t.Helper()
-	tool, err := codetool.New(testenv.PythonSessions(t), o)
+	tool, err := codetool.New(sandboxtest.PythonSessions(t), o)
 	require.NoError(t, err)
 	t.Cleanup(func() { tool.Close() })
 	return tool
@@ -53,7 +54,7 @@ func TestSchemaAndDescription(t *testing.T) {
 // from what the guest has (Probe) and what network and mounts the host
 // gives: Instructions is that text for the npm guest with none.
 func TestInstructionsFromTheGuest(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	info, err := codetool.Probe(context.Background(), py)
 	require.NoError(t, err)
 	if py.Python().Guest == sandbox.GuestNPM {

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -18,11 +19,11 @@ import (
 func compatRun(t *testing.T, code string) (outs []string) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := testenv.Python(t).Run(ctx, code, nil)
+	res, err := sandboxtest.Python(t).Run(ctx, code, nil)
 	require.NotNil(t, res)
 	require.NoError(t, err, "one-shot: %s", res.Stderr)
 	outs = append(outs, string(res.Stdout))
-	s, err := testenv.PythonSessions(t).NewSession(ctx, nil)
+	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()
 	res, err = s.Run(ctx, code, nil)
@@ -160,20 +161,20 @@ for f in (lambda: urllib.request.urlopen("https://example.com"),
 // library only.
 func TestCompatTracebacks(t *testing.T) {
 	ctx := context.Background()
-	res, err := testenv.Python(t).Run(ctx, "def f():\n    return 1 // 0\nf()\n", nil)
+	res, err := sandboxtest.Python(t).Run(ctx, "def f():\n    return 1 // 0\nf()\n", nil)
 	var exit *sandbox.ExitError
 	require.True(t, errors.As(err, &exit), "%v", err)
 	assert.Equal(t, 1, exit.Code)
 	assert.Contains(t, string(res.Stderr), "File \"<string>\", line 2, in f\n    return 1 // 0\n")
 	assert.NotContains(t, string(res.Stderr), "fumehood")
 
-	res, err = testenv.Python(t).Run(ctx, "import sys; print(sys.argv)\nimport pandas\n", &sandbox.Config{ScriptName: "analysis.py", Args: []string{"x"}})
+	res, err = sandboxtest.Python(t).Run(ctx, "import sys; print(sys.argv)\nimport pandas\n", &sandbox.Config{ScriptName: "analysis.py", Args: []string{"x"}})
 	require.Error(t, err)
 	assert.Equal(t, "['analysis.py', 'x']\n", string(res.Stdout))
 	assert.Contains(t, string(res.Stderr), "File \"analysis.py\", line 2, in <module>\n    import pandas\n")
 	assert.Contains(t, string(res.Stderr), "No module named 'pandas'\nThe sandbox has Python's standard library only")
 
-	s, err := testenv.PythonSessions(t).NewSession(ctx, nil)
+	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()
 	_, err = s.Run(ctx, "import pandas", nil)
@@ -186,7 +187,7 @@ func TestCompatTracebacks(t *testing.T) {
 // sys.path, after the script's directory, before the standard library.
 func TestSessionPythonPath(t *testing.T) {
 	ctx := context.Background()
-	s, err := testenv.PythonSessions(t).NewSession(ctx, &sandbox.SessionConfig{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
+	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, &sandbox.SessionConfig{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(ctx, `
@@ -200,7 +201,7 @@ print(mymod.X, sys.path.index("/work/lib") < sys.path.index("/work/more") < [i f
 	assert.Equal(t, "5 True\n", string(res.Stdout))
 
 	// One-shot runs: the interpreter reads PYTHONPATH itself.
-	sb, err := testenv.Python(t).NewSandbox(nil)
+	sb, err := sandboxtest.Python(t).NewSandbox(nil)
 	require.NoError(t, err)
 	defer sb.Close()
 	require.NoError(t, sb.WriteFile("/work/mymod6.py", []byte("X = 6\n")))

@@ -9,18 +9,19 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
 func newSandbox(t *testing.T, cfg *sandbox.SandboxConfig) *sandbox.Sandbox {
 	t.Helper()
-	s, err := testenv.Python(t).NewSandbox(cfg)
+	s, err := sandboxtest.Python(t).NewSandbox(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -265,7 +266,7 @@ func TestSandboxesAreIsolated(t *testing.T) {
 }
 
 func TestSandboxConfigErrors(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	for name, cfg := range map[string]*sandbox.SandboxConfig{
 		"relative path": {Mounts: []sandbox.Mount{{Path: "data", FS: afero.NewMemMapFs()}}},
 		"unclean path":  {Mounts: []sandbox.Mount{{Path: "/data/../x", FS: afero.NewMemMapFs()}}},
@@ -283,7 +284,7 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	vol, err := sandbox.Volume(dir)
 	require.NoError(t, err)
-	s, err := testenv.Python(t).NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
+	s, err := sandboxtest.Python(t).NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), "open('/data/kept', 'w').write('yes')", nil)
@@ -297,7 +298,7 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 }
 
 func TestOpenFilesAreBounded(t *testing.T) {
-	s, err := testenv.Python(t).NewSandbox(nil)
+	s, err := sandboxtest.Python(t).NewSandbox(nil)
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), `

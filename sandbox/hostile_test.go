@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -270,7 +271,7 @@ print(open("/work/canary").read())`, nil)
 // end in the expected, specific outcome while a canary sandbox runs on the
 // same Guest alongside it, and neither the canary nor the host may notice.
 func TestHostilePython(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	outside := t.TempDir()
 	secret := "HOST-SECRET-" + filepath.Base(outside)
 	secretFile := filepath.Join(outside, "secret.txt")

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -24,7 +25,7 @@ func healthy(t *testing.T, py *sandbox.Guest) {
 }
 
 func TestFuelStopsInfiniteLoop(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "while True: pass", &sandbox.Config{Fuel: 1_000_000_000})
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 	assert.Equal(t, -1, res.ExitCode)
@@ -33,7 +34,7 @@ func TestFuelStopsInfiniteLoop(t *testing.T) {
 }
 
 func TestFuelUsedIsReported(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	small, err := py.Run(context.Background(), "pass", nil)
 	require.NoError(t, err)
 	big, err := py.Run(context.Background(), "sum(range(10**6))", nil)
@@ -43,7 +44,7 @@ func TestFuelUsedIsReported(t *testing.T) {
 }
 
 func TestRefillLetsComputationFinish(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	var calls int
 	var lastUsed int64
 	res, err := py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.Config{
@@ -71,7 +72,7 @@ func TestRefillLetsComputationFinish(t *testing.T) {
 }
 
 func TestDeepRecursionEndsCleanly(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), `
 import sys
 sys.setrecursionlimit(10**6)
@@ -90,7 +91,7 @@ f(0)
 }
 
 func TestMemoryLimit(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "x = bytearray(2**30)", nil)
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
 	var exit *sandbox.ExitError
@@ -133,7 +134,7 @@ print(len(bytearray(2**20)))
 }
 
 func TestOutputLimit(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "for i in range(100000): print(i)", &sandbox.Config{MaxOutput: 1000})
 	require.NoError(t, err, "by default output past the bound is dropped")
 	assert.Len(t, res.Stdout, 1000)
@@ -162,7 +163,7 @@ print(time.time())
 `
 
 func TestDeterministicRuns(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	var outs []string
 	var fuels []int64
 	for range 3 {
@@ -189,7 +190,7 @@ func TestDeterministicRuns(t *testing.T) {
 }
 
 func TestSleep(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	base, err := py.Run(context.Background(), "import time", nil)
 	require.NoError(t, err)
 	res, err := py.Run(context.Background(), "import time\nt = time.monotonic()\ntime.sleep(0.3)\nprint(time.monotonic() - t >= 0.3)", nil)
@@ -217,7 +218,7 @@ func TestSleep(t *testing.T) {
 }
 
 func TestDeadlineWhileBlockedOnStdin(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	res, err := py.Run(context.Background(), "import sys\nprint('waiting')\nsys.stdin.read()", &sandbox.Config{Stdin: pr, Timeout: 2 * time.Second})
@@ -227,7 +228,7 @@ func TestDeadlineWhileBlockedOnStdin(t *testing.T) {
 }
 
 func TestNoGoroutineGrowth(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	g := goGuest(t)
 	ctx := context.Background()
 	// Warm up, then count.
@@ -291,7 +292,7 @@ func TestParseSize(t *testing.T) {
 // once did, through the device numbers file systems got from a process-wide
 // counter (CPython allocates ints past 256, which costs fuel).
 func TestDeterministicWhateverCameBefore(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	cfg := &sandbox.Config{Deterministic: true, Seed: 7}
 	before, err := py.Run(context.Background(), deterministicProgram, cfg)
 	require.NoError(t, err)

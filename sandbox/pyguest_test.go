@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,9 +58,9 @@ func TestCompileBuiltNotBuilt(t *testing.T) {
 // TestPythonInfo checks that the compiled guest says which one it is, and
 // that it is the one that runs.
 func TestPythonInfo(t *testing.T) {
-	g := testenv.Python(t)
+	g := sandboxtest.Python(t)
 	info := g.Python()
-	assert.Equal(t, testenv.Guest(t), info.Guest)
+	assert.Equal(t, sandboxtest.Guest(t), info.Guest)
 	assert.Equal(t, g.ID(), info.SHA256)
 	assert.False(t, info.Sessions)
 	want := npm.Version
@@ -81,8 +83,8 @@ func TestPythonInfo(t *testing.T) {
 // mounts (the host's file methods and the mount quotas do not see it), and
 // reserved.
 func TestBuiltStdlibMount(t *testing.T) {
-	testenv.RequireGuest(t, sandbox.GuestBuilt)
-	g := testenv.Python(t)
+	sandboxtest.RequireGuest(t, sandbox.GuestBuilt)
+	g := sandboxtest.Python(t)
 	ctx := context.Background()
 	for _, p := range []string{"/usr", "/usr/local"} {
 		_, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: []sandbox.Mount{{Path: p, FS: afero.NewMemMapFs()}}})
@@ -120,7 +122,7 @@ print(sorted(os.listdir("/")))
 // TestSnapshotOtherGuestRefused takes a session snapshot on one Python
 // guest and resumes it on the other: ErrSnapshotGuest.
 func TestSnapshotOtherGuestRefused(t *testing.T) {
-	testenv.PythonSessions(t) // skips without wasm-opt
+	sandboxtest.PythonSessions(t) // skips without wasm-opt
 	ctx := context.Background()
 	guests := map[string]*sandbox.Guest{}
 	for _, kind := range []string{sandbox.GuestBuilt, sandbox.GuestNPM} {

@@ -9,15 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
 func TestPythonPrintAndStdlib(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), `
 import json, re, decimal, datetime, hashlib, sqlite3
 print("hello from", "python")
@@ -47,7 +48,7 @@ print(db.execute("select sum(x) from t").fetchone()[0])
 }
 
 func TestPythonExceptionExitsOne(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "print('before')\n{}['missing']", nil)
 	var exit *sandbox.ExitError
 	require.ErrorAs(t, err, &exit)
@@ -59,7 +60,7 @@ func TestPythonExceptionExitsOne(t *testing.T) {
 }
 
 func TestPythonSystemExit(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "import sys; sys.exit(3)", nil)
 	var exit *sandbox.ExitError
 	require.ErrorAs(t, err, &exit)
@@ -72,7 +73,7 @@ func TestPythonSystemExit(t *testing.T) {
 }
 
 func TestPythonStdinArgsEnv(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), `
 import sys, os
 data = sys.stdin.read()
@@ -89,7 +90,7 @@ print(sorted(os.environ.items()))
 }
 
 func TestPythonCleanRoomDefaults(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), `
 import os, sys, socket
 print(dict(os.environ))
@@ -110,7 +111,7 @@ except Exception:
 }
 
 func TestDeadlineStopsInfiniteLoop(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "print('started')\nwhile True: pass", &sandbox.Config{Timeout: 2 * time.Second})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, -1, res.ExitCode)
@@ -123,7 +124,7 @@ func TestDeadlineStopsInfiniteLoop(t *testing.T) {
 }
 
 func TestCancelStopsRun(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	_, err := py.Run(ctx, "while True: pass", nil)
@@ -134,7 +135,7 @@ func TestCancelStopsRun(t *testing.T) {
 }
 
 func TestConcurrentRunsOnOneGuest(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	const n = 8
 	var wg sync.WaitGroup
 	outs := make([]string, n)
@@ -164,7 +165,7 @@ print("err", %d, file=sys.stderr)
 }
 
 func TestOutputBoundAndStreaming(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	var streamed bytes.Buffer
 	res, err := py.Run(context.Background(), "import sys\nsys.stdout.write('x' * 5000)\nprint('done', file=sys.stderr)",
 		&sandbox.Config{MaxOutput: 1000, Stdout: &streamed})
@@ -177,7 +178,7 @@ func TestOutputBoundAndStreaming(t *testing.T) {
 }
 
 func TestRunRejectsBadInput(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	_, err := py.Run(context.Background(), "print(1)\x00", nil)
 	assert.Error(t, err)
 	_, err = py.Run(context.Background(), "print(1)", &sandbox.Config{Env: map[string]string{"A=B": "x"}})
@@ -189,7 +190,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 }
 
 func TestPythonVersionThroughExec(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	require.True(t, py.IsPython())
 	res, err := py.Exec(context.Background(), &sandbox.Config{Args: []string{"-c", "import platform; print(platform.python_version())"}})
 	require.NoError(t, err)

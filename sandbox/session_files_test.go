@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -138,7 +139,7 @@ func TestSessionResumeMissingVolumeFile(t *testing.T) {
 	fd := wasiFD(t, s, "x.txt")
 	snap := snapshotOf(t, s)
 	require.NoError(t, vol.Remove("/x.txt"))
-	_, err := testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), volumeConfig(vol))
+	_, err := sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), volumeConfig(vol))
 	require.ErrorIs(t, err, sandbox.ErrOpenFiles)
 	require.ErrorIs(t, err, sys.ENOENT)
 	var ofe *sandbox.OpenFileError

@@ -12,18 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
 // newSession starts a session on the session build, closed at the end of the test.
 func newSession(t *testing.T, cfg *sandbox.SessionConfig) *sandbox.Session {
 	t.Helper()
-	s, err := testenv.PythonSessions(t).NewSession(context.Background(), cfg)
+	s, err := sandboxtest.PythonSessions(t).NewSession(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -193,7 +194,7 @@ func snapshotOf(t *testing.T, s *sandbox.Session) []byte {
 
 func resume(t *testing.T, snap []byte, cfg *sandbox.SessionConfig) *sandbox.Session {
 	t.Helper()
-	s, err := testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), cfg)
+	s, err := sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -242,7 +243,7 @@ func TestSessionVolumesAndLayout(t *testing.T) {
 	r := resume(t, snap, cfg)
 	assert.Equal(t, "('volume', 'root')", run(t, r, "open('/data/v').read(), open('/work/r').read()").Value)
 
-	g := testenv.PythonSessions(t)
+	g := sandboxtest.PythonSessions(t)
 	for name, other := range map[string]*sandbox.SessionConfig{
 		"no volume":  nil,
 		"read-only":  {Mounts: []sandbox.Mount{{Path: "/data", FS: vol, ReadOnly: true}}},
@@ -255,7 +256,7 @@ func TestSessionVolumesAndLayout(t *testing.T) {
 }
 
 func TestSessionResumeRejects(t *testing.T) {
-	g := testenv.PythonSessions(t)
+	g := sandboxtest.PythonSessions(t)
 	s := newSession(t, nil)
 	run(t, s, "x = 1")
 	snap := snapshotOf(t, s)
@@ -295,7 +296,7 @@ func TestSessionResumeRejects(t *testing.T) {
 	})
 	check("foreign base", foreign, sandbox.ErrSnapshotGuest)
 
-	_, err := testenv.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
+	_, err := sandboxtest.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
 	assert.ErrorIs(t, err, sandbox.ErrNoSessions)
 
 	// A valid snapshot that needs more than this session allows.

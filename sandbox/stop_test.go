@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -21,7 +22,7 @@ const fakeDeadline = "import sys\nsys.stderr.write('fumehood: deadline exceeded\
 // run, from what the host recorded: each limit, an exit, a trap, and exits
 // that pose as limits.
 func TestResultStopOneShot(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	for _, tc := range []struct {
 		name   string
 		cancel bool // cancel the context after a moment
