@@ -94,12 +94,12 @@ func run(ctx context.Context, bin, pyodideDir, mdPath, jsonPath string, quick bo
 	if err != nil {
 		return err
 	}
-	defer b.guest.Close(ctx)
+	defer b.guest.Close()
 	if b.sessions, err = sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true}); err != nil {
 		b.log("no session rows: %v", err)
 		b.sessions = nil
 	} else {
-		defer b.sessions.Close(ctx)
+		defer b.sessions.Close()
 	}
 
 	rep := &Report{Started: time.Now(), Config: b.opts, Machine: b.machine()}

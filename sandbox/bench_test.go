@@ -34,7 +34,7 @@ func BenchmarkCompileCold(b *testing.B) {
 	for b.Loop() {
 		g, err := compile(ctx, wasm, &Options{CacheDir: b.TempDir()})
 		require.NoError(b, err)
-		g.Close(ctx)
+		g.Close()
 	}
 }
 
@@ -45,11 +45,11 @@ func BenchmarkCompileCached(b *testing.B) {
 	dir := b.TempDir()
 	g, err := compile(ctx, wasm, &Options{CacheDir: dir})
 	require.NoError(b, err)
-	g.Close(ctx)
+	g.Close()
 	for b.Loop() {
 		g, err := compile(ctx, wasm, &Options{CacheDir: dir})
 		require.NoError(b, err)
-		g.Close(ctx)
+		g.Close()
 	}
 }
 
@@ -58,7 +58,7 @@ func BenchmarkInstantiate(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	mc, err := g.moduleConfig(ctx, "python", &Config{}, &runState{ctx: ctx})
 	require.NoError(b, err)
 	for b.Loop() {
@@ -75,7 +75,7 @@ func BenchmarkRunPrint(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	for b.Loop() {
 		res, err := g.Run(ctx, "print(1)", nil)
 		require.NoError(b, err)
@@ -129,12 +129,12 @@ func BenchmarkFuelOverhead(b *testing.B) {
 	require.Equal(b, "strip-debug", npm.Steps[0].Name)
 	require.Equal(b, "fuel", npm.Steps[len(npm.Steps)-1].Name)
 	plain := plainPython(b, 1)
-	defer plain.Close(ctx)
+	defer plain.Close()
 	unmetered := plainPython(b, len(npm.Steps)-1)
-	defer unmetered.Close(ctx)
+	defer unmetered.Close()
 	metered, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer metered.Close(ctx)
+	defer metered.Close()
 
 	programs := map[string]string{
 		"fib25": "def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\nfib(25)",
@@ -190,7 +190,7 @@ func BenchmarkDeadlineOvershoot(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	const timeout = 100 * time.Millisecond
 	var over []time.Duration
 	for b.Loop() {
@@ -244,7 +244,7 @@ func BenchmarkFileThroughput(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	parse := func(out string) (w, r float64) {
 		_, err := fmt.Sscan(out, &w, &r)
 		require.NoError(b, err, out)

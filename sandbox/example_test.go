@@ -17,7 +17,7 @@ func ExampleCompilePython() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	res, err := py.Run(ctx, "print(sum(range(10)))", nil) // run many times
 	if err != nil {
@@ -35,7 +35,7 @@ func ExampleGuest_Run_exception() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	res, err := py.Run(ctx, "raise ValueError('bad input')", nil)
 	var exit *sandbox.ExitError
@@ -55,7 +55,7 @@ func ExampleGuest_Run_timeout() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	_, err = py.Run(ctx, "while True: pass", &sandbox.Config{Timeout: 100 * time.Millisecond})
 	fmt.Println(errors.Is(err, context.DeadlineExceeded))
@@ -69,7 +69,7 @@ func ExampleGuest_NewSession() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	s, err := py.NewSession(ctx, nil)
 	if err != nil {

@@ -7,7 +7,7 @@
 //
 //	py, err := sandbox.CompilePython(ctx, nil)
 //	if err != nil { ... }
-//	defer py.Close(ctx)
+//	defer py.Close()
 //	res, err := py.Run(ctx, "print(6 * 7)", nil)
 //	fmt.Printf("%s", res.Stdout) // 42
 //
@@ -271,7 +271,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	g.stdlib = stdlib
 	if opts.Sessions {
 		if err := g.sessionGlobals(wasm); err != nil {
-			g.Close(ctx)
+			g.Close()
 			return nil, err
 		}
 		g.sessions = true
@@ -334,7 +334,7 @@ func compileMapped(ctx context.Context, wasm []byte, opts *Options, done func() 
 	}
 	if derr := done(); derr != nil {
 		if g != nil {
-			g.Close(ctx)
+			g.Close()
 		}
 		return nil, fmt.Errorf("sandbox: the cached guest: %w", derr)
 	}
@@ -461,8 +461,10 @@ func (g *Guest) ID() string { return g.id }
 // IsPython reports whether g is the Python guest.
 func (g *Guest) IsPython() bool { return g.python }
 
-// Close releases the compiled code. Runs in progress are stopped.
-func (g *Guest) Close(ctx context.Context) error {
+// Close releases the compiled code. Runs in progress are stopped. It is
+// safe to call more than once; later calls return the first call's error.
+func (g *Guest) Close() error {
+	ctx := context.Background()
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
 		g.closeErr = g.rt.Close(ctx)

@@ -74,7 +74,7 @@ func TestPythonInfo(t *testing.T) {
 
 	go1, err := sandbox.Compile(context.Background(), testenv.BuildGo(t, "guests/testguest"), nil)
 	require.NoError(t, err)
-	defer go1.Close(context.Background())
+	defer go1.Close()
 	assert.Equal(t, sandbox.PythonInfo{}, go1.Python())
 }
 
@@ -130,7 +130,7 @@ func TestSnapshotOtherGuestRefused(t *testing.T) {
 		if err != nil {
 			t.Skipf("the session build of the %s guest is not ready: %v", kind, err)
 		}
-		defer g.Close(ctx)
+		defer g.Close()
 		assert.Equal(t, kind, g.Python().Guest)
 		assert.True(t, g.Python().Sessions)
 		guests[kind] = g

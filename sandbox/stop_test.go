@@ -77,7 +77,7 @@ func TestResultStopOneShot(t *testing.T) {
 	// A trap: unreachable.
 	g, err := sandbox.Compile(context.Background(), hostileModule{memPages: 1, body: []byte{0x00}}.wasm(), &sandbox.Options{CacheDir: t.TempDir()})
 	require.NoError(t, err)
-	defer g.Close(context.Background())
+	defer g.Close()
 	res, err := g.Exec(context.Background(), nil)
 	var trap *sandbox.TrapError
 	require.ErrorAs(t, err, &trap)

@@ -255,7 +255,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 				return "", 0, fmt.Errorf("%w: %s", err, res.Stderr)
 			}
 			return string(res.Stdout), c, nil
-		}, func() { g.Close(ctx) }, nil
+		}, func() { g.Close() }, nil
 	case "fuelwasm", "fuelfs", "built":
 		var wasm []byte
 		var err error
@@ -324,7 +324,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 				return "", 0, fmt.Errorf("%w: %s", err, res.Stderr)
 			}
 			return string(res.Stdout), c, nil
-		}, func() { g.Close(ctx) }, nil
+		}, func() { g.Close() }, nil
 	case "plain", "interp", "wasm", "wasmfs":
 		var wasm []byte
 		var err error

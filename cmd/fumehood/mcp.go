@@ -89,7 +89,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	defer py.Close(context.WithoutCancel(ctx))
+	defer py.Close()
 	srv, err := mcpserver.New(py, opts)
 	if err != nil {
 		return &usageError{err.Error()}

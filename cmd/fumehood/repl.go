@@ -45,7 +45,7 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return 0, err
 	}
-	defer py.Close(context.WithoutCancel(ctx))
+	defer py.Close()
 	memory := cfg.MemoryLimit
 	cfg.MemoryLimit = 0
 	s, err := c.openSession(ctx, py, memory)

@@ -295,7 +295,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return 0, err
 	}
-	defer py.Close(context.WithoutCancel(ctx))
+	defer py.Close()
 
 	var res *sandbox.Result
 	if sessions {

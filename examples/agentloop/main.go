@@ -100,7 +100,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	s, err := py.NewSession(ctx, nil)
 	if err != nil {

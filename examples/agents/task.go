@@ -43,7 +43,7 @@ func ToolDescription(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 	tool, err := codetool.New(py, nil)
 	if err != nil {
 		return "", err

@@ -91,7 +91,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	sb, err := newSandbox(py)
 	if err != nil {

@@ -157,7 +157,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	for _, cand := range []struct{ name, source string }{{"naive", naiveSlugify}, {"good", goodSlugify}} {
 		outs, err := check(ctx, py, cand.source, "slugify", slugifyCases)

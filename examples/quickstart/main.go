@@ -34,7 +34,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	res, err := py.Run(ctx, program, &sandbox.Config{Timeout: 10 * time.Second})
 	var exit *sandbox.ExitError

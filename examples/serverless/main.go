@@ -156,7 +156,7 @@ func serve(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(context.Background())
+	defer py.Close()
 	srv := &http.Server{Addr: addr, Handler: newMux(py, defaultLimits), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -178,7 +178,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(context.Background())
+	defer py.Close()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -72,7 +72,7 @@ func run(ctx context.Context, w io.Writer, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	// HostDir confines the guest to dir: ".." and symbolic links resolve
 	// inside it, even if something else changes dir meanwhile. Any afero.Fs

@@ -20,7 +20,7 @@ func builtRun(t *testing.T, code string) (string, string) {
 	ctx := context.Background()
 	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestBuilt})
 	require.NoError(t, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	res, err := g.Run(ctx, code, &sandbox.Config{Timeout: 5 * time.Minute})
 	require.NotNil(t, res, "%v", err)
 	require.NoError(t, err, "stderr: %s", res.Stderr)

@@ -68,7 +68,7 @@ func TestBuiltGuestRunsModules(t *testing.T) {
 
 	g, err := sandbox.Compile(ctx, wasm, nil)
 	require.NoError(t, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	lib, err := cpython.StdlibFS(ctx, nil)
 	require.NoError(t, err)
 	again, err := cpython.StdlibFS(ctx, nil)

@@ -100,7 +100,7 @@ func numpySandbox(t *testing.T, mounts ...sandbox.Mount) *sandbox.Sandbox {
 	require.NoError(t, err)
 	g, err := sandbox.Compile(ctx, wasm, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { g.Close(ctx) })
+	t.Cleanup(func() { g.Close() })
 	lib, err := cpython.StdlibFS(ctx, withNumpy)
 	require.NoError(t, err)
 	s, err := g.NewSandbox(&sandbox.SandboxConfig{Mounts: append([]sandbox.Mount{
