@@ -250,7 +250,7 @@ func (f *FS) String() string {
 	if f.readOnly {
 		mode = "ro"
 	}
-	return fmt.Sprintf("wasi.FS(%s, %s)", f.fsys.Name(), mode)
+	return fmt.Sprintf("wasifs.FS(%s, %s)", f.fsys.Name(), mode)
 }
 
 // ReadOnly reports whether the FS refuses changes (Options.ReadOnly).
