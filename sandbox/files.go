@@ -22,7 +22,7 @@ import (
 //
 // Files is an io/fs file system: it implements fs.FS, fs.ReadFileFS,
 // fs.ReadDirFS and fs.StatFS, so fs.WalkDir, fs.Glob, fs.Sub and
-// http.FS work on it. Names follow two rules:
+// http.FS work on it. Its names:
 //
 //   - Open takes io/fs names: unrooted, slash-separated, without "." or ".."
 //     elements (fs.ValidPath), relative to the guest's "/": "work/out.txt"
@@ -48,8 +48,10 @@ import (
 // be written or removed there (fs.ErrNotExist; RemoveAll, for which a
 // missing name is not an error, does nothing).
 //
-// Files is not safe for concurrent use with a run of its sandbox or
-// session, nor with itself: use it between runs.
+// Use Files between runs, or from a host function during one (the guest's
+// code waits for the call): not while a run's code is executing, nor from
+// several goroutines at once. Files opened with Open count against the
+// guest's open files (DefaultMaxOpen per mount) until closed.
 type Files struct {
 	sb *Sandbox
 	// control lets fumehood's own code reach the control directory.
@@ -186,8 +188,9 @@ func baseName(name, clean string) string {
 
 // Open opens the file or directory name (an io/fs name, such as
 // "work/out.txt", or "." for the root) for reading. The file is an
-// io.Seeker and an io.ReaderAt; a directory is an fs.ReadDirFile. Close
-// it: while open it counts against the guest's open files.
+// io.Seeker and an io.ReaderAt; a directory is an fs.ReadDirFile, listed
+// when first read. Close it: while open, a file counts against the
+// guest's open files.
 func (f *Files) Open(name string) (fs.File, error) {
 	fsys, rel, clean, err := f.resolve("open", name, ioName)
 	if err != nil {
