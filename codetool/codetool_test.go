@@ -225,7 +225,7 @@ func TestBadInputIsAResult(t *testing.T) {
 // images carry their bytes; files outside it and unchanged ones are not.
 func TestFilesAndImages(t *testing.T) {
 	tool := newTool(t, &codetool.Options{MaxImageBytes: 100_000, Setup: func(ctx context.Context, conv string, s *sandbox.Session) error {
-		return s.Sandbox().WriteFile("/work/data.csv", []byte("a,b\n1,2\n"))
+		return s.Files().WriteFile("/work/data.csv", []byte("a,b\n1,2\n"))
 	}})
 	ctx := context.Background()
 	code := `

@@ -203,7 +203,7 @@ print(mymod.X, sys.path.index("/work/lib") < sys.path.index("/work/more") < [i f
 	sb, err := testenv.Python(t).NewSandbox(nil)
 	require.NoError(t, err)
 	defer sb.Close()
-	require.NoError(t, sb.WriteFile("/work/mymod6.py", []byte("X = 6\n")))
+	require.NoError(t, sb.Files().WriteFile("/work/mymod6.py", []byte("X = 6\n")))
 	res, err = sb.Run(ctx, "import mymod6; print(mymod6.X)", &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work"}})
 	require.NoError(t, err, "%s", res.Stderr)
 	assert.Equal(t, "6\n", string(res.Stdout))

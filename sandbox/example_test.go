@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"github.com/fumehood/fumehood/sandbox"
@@ -105,4 +106,61 @@ func ExampleGuest_NewSession() {
 	// 42
 	// ZeroDivisionError - division by zero
 	// 82
+}
+
+func ExampleFiles() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close(ctx)
+	sb, err := py.NewSandbox(nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+	files := sb.Files()
+
+	// Give the code its input, at an absolute guest path.
+	if err := files.MkdirAll("/work/in"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := files.WriteFile("/work/in/orders.csv", []byte("item,qty\napple,3\npear,5\n")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := sb.Run(ctx, `
+import csv, os
+rows = list(csv.DictReader(open("/work/in/orders.csv")))
+os.makedirs("/work/out")
+open("/work/out/total.txt", "w").write(str(sum(int(r["qty"]) for r in rows)))
+`, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// Read what it wrote.
+	total, err := files.ReadFile("/work/out/total.txt")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("total:", string(total))
+
+	// Files is an io/fs file system too, whose names are relative to the
+	// guest's "/".
+	_ = fs.WalkDir(files, "work", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			fmt.Println(p)
+		}
+		return nil
+	})
+	// Output:
+	// total: 8
+	// work/in/orders.csv
+	// work/out/total.txt
 }

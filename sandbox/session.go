@@ -822,9 +822,10 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 // anything the guest's code put there, which could otherwise fill its
 // quota and stop the driver from reporting the next run.
 func (s *Session) clearControl() {
-	entries, _ := s.sb.ReadDir(ControlPath)
+	ctl := s.sb.controlFiles()
+	entries, _ := ctl.ReadDir(ControlPath)
 	for _, e := range entries {
-		s.sb.RemoveAll(path.Join(ControlPath, e.Name()))
+		ctl.RemoveAll(path.Join(ControlPath, e.Name()))
 	}
 }
 
@@ -888,10 +889,6 @@ func (s *Session) Runs() int64 {
 	defer s.mu.Unlock()
 	return s.runs
 }
-
-// Sandbox returns the session's filesystem, for reading and writing its
-// files from the host between runs.
-func (s *Session) Sandbox() *Sandbox { return s.sb }
 
 // Close releases the session's interpreter. A closed session cannot run,
 // snapshot or fork.

@@ -189,17 +189,17 @@ func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (
 	return sandbox.CompilePython(ctx, opts)
 }
 
-// copyFiles copies the --file flags' files into sb.
-func (c *common) copyFiles(sb *sandbox.Sandbox) error {
+// copyFiles copies the --file flags' files into files.
+func (c *common) copyFiles(files *sandbox.Files) error {
 	for _, f := range c.files {
 		b, err := os.ReadFile(f.host)
 		if err != nil {
 			return err
 		}
-		if err := sb.MkdirAll(path.Dir(f.guest)); err != nil {
+		if err := files.MkdirAll(path.Dir(f.guest)); err != nil {
 			return err
 		}
-		if err := sb.WriteFile(f.guest, b); err != nil {
+		if err := files.WriteFile(f.guest, b); err != nil {
 			return err
 		}
 	}
@@ -228,7 +228,7 @@ func (c *common) openSession(ctx context.Context, py *sandbox.Guest, memory int6
 	if err != nil {
 		return nil, err
 	}
-	if err := c.copyFiles(s.Sandbox()); err != nil {
+	if err := c.copyFiles(s.Files()); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -331,7 +331,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return 0, err
 	}
 	defer sb.Close()
-	if err := c.copyFiles(sb); err != nil {
+	if err := c.copyFiles(sb.Files()); err != nil {
 		return 0, err
 	}
 	res, err = sb.Run(ctx, src, cfg)
