@@ -263,7 +263,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		t.mu.Unlock()
 	}()
 
-	w := WatchFiles(c.s.Files(), t.opts.OutputDir, t.opts.MaxImageBytes)
+	w := WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
 	res, err := c.s.Run(ctx, in.Code, cfg)
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		// A run stopped while files were open could not be rolled back.

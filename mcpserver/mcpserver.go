@@ -579,7 +579,7 @@ func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunIn
 			return nil, RunOutput{}, err
 		}
 	}
-	w := codetool.WatchFiles(ss.Files(), outputDir, s.maxImage())
+	w := codetool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
 	res, err := ss.Run(ctx, in.Code, cfg)
 	return s.result(res, err, w)
 }
@@ -709,7 +709,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in Se
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
-	w := codetool.WatchFiles(ss.s.Files(), outputDir, s.maxImage())
+	w := codetool.WatchFiles(ss.s.Files().FS(), outputDir, s.maxImage())
 	res, err := ss.s.Run(ctx, in.Code, cfg)
 	done()
 	if errors.Is(err, sandbox.ErrSessionClosed) {

@@ -151,9 +151,9 @@ open("/work/out/total.txt", "w").write(str(sum(int(r["qty"]) for r in rows)))
 	}
 	fmt.Println("total:", string(total))
 
-	// Files is an io/fs file system too, whose names are relative to the
-	// guest's "/".
-	_ = fs.WalkDir(files, "work", func(p string, d fs.DirEntry, err error) error {
+	// FS is the same files as an io/fs file system, whose names are
+	// relative to the guest's "/".
+	_ = fs.WalkDir(files.FS(), "work", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			fmt.Println(p)
 		}

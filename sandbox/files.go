@@ -20,21 +20,13 @@ import (
 // rules (".." and symbolic links resolve inside their mount) and quotas
 // (a write past a mount's quota fails as the guest's would).
 //
-// Files is an io/fs file system: it implements fs.FS, fs.ReadFileFS,
-// fs.ReadDirFS and fs.StatFS, so fs.WalkDir, fs.Glob, fs.Sub and
-// http.FS work on it. Its names:
-//
-//   - Open takes io/fs names: unrooted, slash-separated, without "." or ".."
-//     elements (fs.ValidPath), relative to the guest's "/": "work/out.txt"
-//     is the guest's /work/out.txt and "." is its root.
-//   - ReadFile, ReadDir and Stat, which are both io/fs methods and the
-//     host's way to read the guest's files, take either form: a name
-//     starting with "/" is an absolute guest path, such as "/work/out.txt"
-//     (cleaned as the guest would: "/work/../work/out.txt" is the same
-//     file); any other name is an io/fs name, as for Open.
-//   - WriteFile, MkdirAll, Remove and RemoveAll take absolute guest paths
-//     only: a relative name fails with fs.ErrInvalid, so that a write never
-//     lands somewhere other than where the caller meant.
+// Its methods take absolute guest paths, as the guest's code and a model
+// see them: "/work/out.txt" (cleaned as the guest would:
+// "/work/../work/out.txt" is the same file); any other name fails with
+// fs.ErrInvalid, so that a write never lands somewhere other than where
+// the caller meant. FS gives the same files as an io/fs file system, whose
+// names are io/fs names, for fs.WalkDir, fs.Glob, fs.Sub, http.FS and
+// fstest.TestFS.
 //
 // Errors are *fs.PathError values holding the name as given, and match the
 // io/fs errors with errors.Is (fs.ErrNotExist, fs.ErrExist,
@@ -50,8 +42,7 @@ import (
 //
 // Use Files between runs, or from a host function during one (the guest's
 // code waits for the call): not while a run's code is executing, nor from
-// several goroutines at once. Files opened with Open count against the
-// guest's open files (DefaultMaxOpen per mount) until closed.
+// several goroutines at once.
 type Files struct {
 	sb *Sandbox
 	// control lets fumehood's own code reach the control directory.
@@ -72,12 +63,33 @@ func (s *Session) Files() *Files { return s.sb.Files() }
 // in reach, for fumehood's own use.
 func (s *Sandbox) controlFiles() *Files { return &Files{sb: s, control: true} }
 
+// FS returns the files as an io/fs file system: it implements fs.FS,
+// fs.ReadFileFS, fs.ReadDirFS and fs.StatFS, and takes io/fs names:
+// unrooted, slash-separated, without "." or ".." elements (fs.ValidPath),
+// relative to the guest's "/": "work/out.txt" is the guest's
+// /work/out.txt and "." is its root. It hides the control directory as
+// Files does, and is read-only. Files it opens count against the guest's
+// open files (DefaultMaxOpen per mount) until closed.
+func (f *Files) FS() fs.FS { return ioFS{f} }
+
+// ioFS is Files' io/fs view.
+type ioFS struct{ f *Files }
+
 var (
-	_ fs.FS         = (*Files)(nil)
-	_ fs.ReadFileFS = (*Files)(nil)
-	_ fs.ReadDirFS  = (*Files)(nil)
-	_ fs.StatFS     = (*Files)(nil)
+	_ fs.FS         = ioFS{}
+	_ fs.ReadFileFS = ioFS{}
+	_ fs.ReadDirFS  = ioFS{}
+	_ fs.StatFS     = ioFS{}
 )
+
+// ReadFile returns the content of the file name (an io/fs name).
+func (v ioFS) ReadFile(name string) ([]byte, error) { return v.f.readFile(name, ioName) }
+
+// Stat describes the file name (an io/fs name), following symbolic links.
+func (v ioFS) Stat(name string) (fs.FileInfo, error) { return v.f.stat(name, ioName) }
+
+// ReadDir lists the directory name (an io/fs name), sorted by name.
+func (v ioFS) ReadDir(name string) ([]fs.DirEntry, error) { return v.f.readDir(name, ioName) }
 
 // A name's forms, for resolve.
 const (
@@ -191,7 +203,8 @@ func baseName(name, clean string) string {
 // io.Seeker and an io.ReaderAt; a directory is an fs.ReadDirFile, listed
 // when first read. Close it: while open, a file counts against the
 // guest's open files.
-func (f *Files) Open(name string) (fs.File, error) {
+func (v ioFS) Open(name string) (fs.File, error) {
+	f := v.f
 	fsys, rel, clean, err := f.resolve("open", name, ioName)
 	if err != nil {
 		return nil, err
@@ -215,10 +228,12 @@ func (f *Files) Open(name string) (fs.File, error) {
 	return &openFile{name: name, h: h, info: info}, nil
 }
 
-// ReadFile returns the content of the file name: an absolute guest path,
-// such as "/work/out.txt", or an io/fs name.
-func (f *Files) ReadFile(name string) ([]byte, error) {
-	fsys, rel, _, err := f.resolve("read", name, ioName|guestName)
+// ReadFile returns the content of the file name (an absolute guest path,
+// such as "/work/out.txt").
+func (f *Files) ReadFile(name string) ([]byte, error) { return f.readFile(name, guestName) }
+
+func (f *Files) readFile(name string, forms int) ([]byte, error) {
+	fsys, rel, _, err := f.resolve("read", name, forms)
 	if err != nil {
 		return nil, err
 	}
@@ -247,10 +262,12 @@ func (f *Files) ReadFile(name string) ([]byte, error) {
 	}
 }
 
-// Stat describes the file name (an absolute guest path or an io/fs name),
-// following symbolic links.
-func (f *Files) Stat(name string) (fs.FileInfo, error) {
-	fsys, rel, clean, err := f.resolve("stat", name, ioName|guestName)
+// Stat describes the file name (an absolute guest path), following
+// symbolic links.
+func (f *Files) Stat(name string) (fs.FileInfo, error) { return f.stat(name, guestName) }
+
+func (f *Files) stat(name string, forms int) (fs.FileInfo, error) {
+	fsys, rel, clean, err := f.resolve("stat", name, forms)
 	if err != nil {
 		return nil, err
 	}
@@ -261,10 +278,12 @@ func (f *Files) Stat(name string) (fs.FileInfo, error) {
 	return fileInfo{name: baseName(name, clean), st: st}, nil
 }
 
-// ReadDir lists the directory name (an absolute guest path or an io/fs
-// name), sorted by name. Entries describe symbolic links themselves.
-func (f *Files) ReadDir(name string) ([]fs.DirEntry, error) {
-	fsys, rel, clean, err := f.resolve("readdir", name, ioName|guestName)
+// ReadDir lists the directory name (an absolute guest path), sorted by
+// name. Entries describe symbolic links themselves.
+func (f *Files) ReadDir(name string) ([]fs.DirEntry, error) { return f.readDir(name, guestName) }
+
+func (f *Files) readDir(name string, forms int) ([]fs.DirEntry, error) {
+	fsys, rel, clean, err := f.resolve("readdir", name, forms)
 	if err != nil {
 		return nil, err
 	}
@@ -487,7 +506,7 @@ func (o *openFile) Close() error {
 	return nil
 }
 
-// openDir is a directory opened by Files.Open.
+// openDir is a directory opened by Files.FS().Open.
 type openDir struct {
 	files   *Files
 	name    string
@@ -512,7 +531,7 @@ func (d *openDir) ReadDir(n int) ([]fs.DirEntry, error) {
 		return nil, &fs.PathError{Op: "readdir", Path: d.name, Err: fs.ErrClosed}
 	}
 	if d.entries == nil {
-		entries, err := d.files.ReadDir(d.name)
+		entries, err := d.files.readDir(d.name, ioName)
 		if err != nil {
 			return nil, err
 		}

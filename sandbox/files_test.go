@@ -17,32 +17,6 @@ import (
 	"github.com/fumehood/fumehood/wasi/hostcall"
 )
 
-// ioNames is a sandbox's Files restricted to io/fs names, for
-// fstest.TestFS: Files' ReadFile, ReadDir and Stat also take absolute
-// guest paths, which fstest.TestFS requires them to refuse.
-type ioNames struct{ *sandbox.Files }
-
-func (f ioNames) ReadFile(name string) ([]byte, error) {
-	if strings.HasPrefix(name, "/") {
-		return nil, fs.ErrInvalid
-	}
-	return f.Files.ReadFile(name)
-}
-
-func (f ioNames) ReadDir(name string) ([]fs.DirEntry, error) {
-	if strings.HasPrefix(name, "/") {
-		return nil, fs.ErrInvalid
-	}
-	return f.Files.ReadDir(name)
-}
-
-func (f ioNames) Stat(name string) (fs.FileInfo, error) {
-	if strings.HasPrefix(name, "/") {
-		return nil, fs.ErrInvalid
-	}
-	return f.Files.Stat(name)
-}
-
 // walk lists every path fs.WalkDir finds from root.
 func walk(t *testing.T, fsys fs.FS, root string) []string {
 	t.Helper()
@@ -73,51 +47,64 @@ open("/work/sub/deeper/c.py", "w").write("")
 `)
 	files := s.Files()
 
-	require.NoError(t, fstest.TestFS(ioNames{files}, "work/a.txt", "work/sub/b.txt", "work/sub/deeper/c.py"))
-	mounted, err := fs.Sub(ioNames{files}, "work/data")
+	require.NoError(t, fstest.TestFS(files.FS(), "work/a.txt", "work/sub/b.txt", "work/sub/deeper/c.py"))
+	mounted, err := fs.Sub(files.FS(), "work/data")
 	require.NoError(t, err)
 	require.NoError(t, fstest.TestFS(mounted, "in.csv"))
 
 	assert.Equal(t, []string{"work", "work/a.txt", "work/sub", "work/sub/b.txt", "work/sub/deeper",
-		"work/sub/deeper/c.py"}, walk(t, files, "work"))
+		"work/sub/deeper/c.py"}, walk(t, files.FS(), "work"))
 	// Listings are the guest's: a mount point is not listed in its parent
 	// (os.listdir("/work") does not show it either), but it is there.
-	assert.Equal(t, []string{"work/data", "work/data/in.csv"}, walk(t, files, "work/data"))
-	matches, err := fs.Glob(files, "work/*/*.txt")
+	assert.Equal(t, []string{"work/data", "work/data/in.csv"}, walk(t, files.FS(), "work/data"))
+	matches, err := fs.Glob(files.FS(), "work/*/*.txt")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"work/sub/b.txt"}, matches)
-	sub, err := fs.Sub(files, "work/sub")
+	sub, err := fs.Sub(files.FS(), "work/sub")
 	require.NoError(t, err)
 	b, err := fs.ReadFile(sub, "b.txt")
 	require.NoError(t, err)
 	assert.Len(t, b, 70000)
 
-	// Both forms of a name reach the same file; the io/fs root is ".".
-	for _, name := range []string{"/work/a.txt", "work/a.txt", "/work/../work/a.txt"} {
+	// A guest path and its io/fs name reach the same file; the io/fs root
+	// is "."; Files refuses io/fs names and FS refuses guest paths.
+	for _, name := range []string{"/work/a.txt", "/work/../work/a.txt"} {
 		b, err := files.ReadFile(name)
 		require.NoError(t, err, name)
 		assert.Equal(t, "alpha", string(b), name)
 	}
+	b, err = fs.ReadFile(files.FS(), "work/a.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "alpha", string(b))
+	_, err = files.ReadFile("work/a.txt")
+	assert.ErrorIs(t, err, fs.ErrInvalid)
+	_, err = fs.ReadFile(files.FS(), "/work/a.txt")
+	assert.ErrorIs(t, err, fs.ErrInvalid)
 	for _, name := range []string{"/", "."} {
-		fi, err := files.Stat(name)
+		stat, readDir := files.Stat, files.ReadDir
+		if name == "." {
+			stat = func(n string) (fs.FileInfo, error) { return fs.Stat(files.FS(), n) }
+			readDir = func(n string) ([]fs.DirEntry, error) { return fs.ReadDir(files.FS(), n) }
+		}
+		fi, err := stat(name)
 		require.NoError(t, err)
 		assert.True(t, fi.IsDir())
 		assert.Equal(t, name, fi.Name())
-		entries, err := files.ReadDir(name)
+		entries, err := readDir(name)
 		require.NoError(t, err)
 		assert.Equal(t, []string{"tmp", "work"}, names(entries))
 	}
 	entries, err := files.ReadDir("/work")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a.txt", "sub"}, names(entries))
-	fi, err := files.Stat("work/a.txt")
+	fi, err := fs.Stat(files.FS(), "work/a.txt")
 	require.NoError(t, err)
 	assert.True(t, fi.Mode().IsRegular())
 	assert.Equal(t, int64(5), fi.Size())
 
-	// Open takes io/fs names only; every name keeps to the guest's rules.
+	// FS takes io/fs names only; every name keeps to the guest's rules.
 	for _, name := range []string{"/work/a.txt", "work/../work/a.txt", "./work", "work/", ""} {
-		_, err := files.Open(name)
+		_, err := files.FS().Open(name)
 		assert.ErrorIs(t, err, fs.ErrInvalid, name)
 	}
 	for _, name := range []string{"../etc/passwd", "work/../../etc"} {
@@ -145,7 +132,7 @@ open("/work/sub/deeper/c.py", "w").write("")
 	assert.Equal(t, "<svg/>\n", runOK(t, s, `print(open("/work/out/plots/p.svg").read())`))
 
 	// A directory opened reads in pages.
-	f, err := files.Open("work")
+	f, err := files.FS().Open("work")
 	require.NoError(t, err)
 	dir, ok := f.(fs.ReadDirFile)
 	require.True(t, ok)
@@ -163,7 +150,7 @@ open("/work/sub/deeper/c.py", "w").write("")
 	require.NoError(t, s.Close())
 	_, err = files.ReadFile("/work/a.txt")
 	assert.ErrorIs(t, err, sandbox.ErrClosed)
-	_, err = files.Open("work/a.txt")
+	_, err = files.FS().Open("work/a.txt")
 	assert.ErrorIs(t, err, sandbox.ErrClosed)
 	assert.ErrorIs(t, files.WriteFile("/work/a.txt", nil), sandbox.ErrClosed)
 }
@@ -197,27 +184,27 @@ func TestSessionFilesCannotReachControl(t *testing.T) {
 		try("read", err)
 		_, err = files.ReadDir(sandbox.ControlPath)
 		try("readdir", err)
-		_, err = files.ReadDir(".fumehood")
+		_, err = fs.ReadDir(files.FS(), ".fumehood")
 		try("readdir io/fs", err)
 		_, err = files.Stat(sandbox.ControlPath)
 		try("stat", err)
 		_, err = files.Stat(sandbox.ControlPath + "/keep")
 		try("stat below", err)
-		_, err = files.Open(".fumehood")
+		_, err = files.FS().Open(".fumehood")
 		try("open", err)
-		_, err = files.Open(".fumehood/keep")
+		_, err = files.FS().Open(".fumehood/keep")
 		try("open below", err)
 		entries, err := files.ReadDir("/")
 		try("root listed "+strings.Join(names(entries), ","), err)
 		var seen []string
-		_ = fs.WalkDir(files, ".", func(p string, _ fs.DirEntry, err error) error {
+		_ = fs.WalkDir(files.FS(), ".", func(p string, _ fs.DirEntry, err error) error {
 			if strings.Contains(p, "fumehood") {
 				seen = append(seen, p)
 			}
 			return nil
 		})
 		try("walked to "+strings.Join(seen, ","), nil)
-		matches, err := fs.Glob(files, ".f*/*")
+		matches, err := fs.Glob(files.FS(), ".f*/*")
 		try("glob "+strings.Join(matches, ","), err)
 	}
 	want := []string{
