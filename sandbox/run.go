@@ -260,7 +260,7 @@ func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	return s.Exec(ctx, cfg)
 }
 
-func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink, quotas string) (*Result, error) {
+func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink, quotas, result string) (*Result, error) {
 	if !g.python {
 		return nil, ErrNotPython
 	}
@@ -274,7 +274,7 @@ func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Args = append(oneShotArgs(code, c.ScriptName, quotas), c.Args...)
+	c.Args = append(oneShotArgs(code, c.ScriptName, quotas, result, c.maxOutput()), c.Args...)
 	return g.exec(ctx, "python", &c, fscfg, sink)
 }
 
@@ -318,14 +318,16 @@ const oneShotBootstrap = "exec(__import__('sys').argv[1])"
 // oneShotArgs are the interpreter's arguments for running code one-shot
 // under name (default "<string>") in a sandbox whose mounts quotas
 // describes (Sandbox.mountQuotas), before the program's own arguments.
+// The runner writes an exception's outcome at the guest path result (none
+// if empty), each text cut to maxValue+1 bytes (oneshot_outcome.go).
 //
 // -u: unbuffered, so output written before a stop is kept.
 // -B: never write .pyc files.
-func oneShotArgs(code, name, quotas string) []string {
+func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue)}
 }
 
 // c0 is cfg, or the zero Config for nil.
