@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/spf13/afero"
@@ -20,7 +21,8 @@ import (
 // stderr, as python does, and exits with status 1.
 //
 // The outcome is what the guest reported: the host reads it only when the
-// guest ended the run itself with status 1 (Result.Stop is StopExit), so
+// guest ended the run itself with status 1 (Result.Stop is StopExit, or
+// StopMemory when it failed after its memory limit refused it memory), so
 // nothing the guest writes there changes Result.Stop or the exit code; it
 // can only turn an *ExitError with Code 1 into an *Exception, which guest
 // code raising one does anyway.
@@ -60,7 +62,8 @@ func (s *Sandbox) outcomePath() string {
 // returned them) with the outcome the runner wrote at the guest path at,
 // each text capped at limit bytes, and empties the control directory for
 // the next run. A guest that exited with status 1 on its own after
-// reporting an exception raised it: the error is the *Exception, also in
+// reporting an exception raised it: the error is the *Exception (wrapped
+// with ErrMemoryLimit when the run's Stop is StopMemory), also in
 // res.Exception. Anything else is left as it was, an outcome that cannot
 // be read included (the guest's code can write there too).
 func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Result, error) {
@@ -69,7 +72,8 @@ func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Re
 	}
 	defer clearControlFS(s.ctl)
 	var exit *ExitError
-	if res == nil || res.Stop != StopExit || res.ExitCode != 1 || !errors.As(err, &exit) || exit.Code != 1 {
+	if res == nil || res.Stop != StopExit && res.Stop != StopMemory || res.ExitCode != 1 ||
+		!errors.As(err, &exit) || exit.Code != 1 {
 		return res, err
 	}
 	out, rerr := readOutcome(s.ctl, strings.TrimPrefix(at, ControlPath), limit)
@@ -77,6 +81,9 @@ func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Re
 		return res, err
 	}
 	res.Exception = out.Exception
+	if res.Stop == StopMemory {
+		return res, fmt.Errorf("%w: %w", ErrMemoryLimit, out.Exception)
+	}
 	return res, out.Exception
 }
 

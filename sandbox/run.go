@@ -125,7 +125,10 @@ type Result struct {
 	Value          string
 	HasValue       bool
 	ValueTruncated bool
-	// Exception is the Python exception the code raised, if any.
+	// Exception is the Python exception the code raised, if any, in any
+	// Python run (Guest.Run and Sandbox.Run too): the error the run
+	// returns. It is what the guest reported; the host caps each of its
+	// texts at MaxOutput bytes and never decides Stop from it.
 	Exception *Exception
 	// HostCalls counts the run's calls of host functions, refused ones
 	// included; HTTPRequests counts the HTTP requests it sent, each
@@ -235,11 +238,13 @@ func (e *TrapError) Unwrap() error { return e.Err }
 // closed guest, a context already done); otherwise it holds the output,
 // even when the error is not nil.
 //
-// A Python exception is not a Go error of its own: the traceback is on
-// Result.Stderr and the error is an *ExitError with Code 1 (sessions report
-// it as an *Exception, see Session.Run). A run stopped
+// A Python exception the code does not catch is an *Exception, as in
+// sessions: the error (errors.As) and Result.Exception, with
+// Result.ExitCode 1 and the traceback on Result.Stderr too, as python
+// prints it. SystemExit(n) is an *ExitError with Code n. A run stopped
 // by a limit returns an error matching ErrFuelExhausted, ErrMemoryLimit,
-// ErrOutputLimit, context.DeadlineExceeded or context.Canceled.
+// ErrOutputLimit, context.DeadlineExceeded or context.Canceled, and
+// Result.Stop says which (Stop.Limit reports a limit).
 func (g *Guest) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
 	s, err := g.NewSandbox(nil)
 	if err != nil {
