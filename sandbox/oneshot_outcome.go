@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/spf13/afero"
+	"github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 
 	"github.com/fumehood/fumehood/wasi"
@@ -42,7 +44,7 @@ func (s *Sandbox) mountControl(fscfg sysfs.FSConfig, dev uint64) (sysfs.FSConfig
 	if err != nil {
 		return nil, err
 	}
-	s.ctl = ctl
+	s.ctl, s.ctlFS = ctl, fsys
 	return fscfg.WithSysFSMount(fsys, ControlPath).(sysfs.FSConfig), nil
 }
 
@@ -70,7 +72,7 @@ func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Re
 	if s.ctl == nil || at == "" {
 		return res, err
 	}
-	defer clearControlFS(s.ctl)
+	defer clearControlFS(s.ctlFS, ".")
 	var exit *ExitError
 	if res == nil || res.Stop != StopExit && res.Stop != StopMemory || res.ExitCode != 1 ||
 		!errors.As(err, &exit) || exit.Code != 1 {
@@ -87,12 +89,27 @@ func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Re
 	return res, out.Exception
 }
 
-// clearControlFS removes everything in a control directory: the outcome
-// just read, and whatever the guest's code put there, which could
-// otherwise fill its quota and keep the next run from reporting.
-func clearControlFS(ctl afero.Fs) {
-	entries, _ := afero.ReadDir(ctl, "/")
-	for _, e := range entries {
-		ctl.RemoveAll("/" + e.Name())
+// clearControlFS removes everything in directory dir of a control
+// directory: the outcome just read, and whatever the guest's code put
+// there, which could otherwise fill its quota and keep the next run from
+// reporting. It removes through fsys, which gives the quota back.
+func clearControlFS(fsys *wasi.FS, dir string) {
+	f, errno := fsys.OpenFile(dir, sys.O_RDONLY|sys.O_DIRECTORY, 0)
+	if errno != 0 {
+		return
+	}
+	dirents, _ := f.Readdir(-1)
+	f.Close()
+	for _, d := range dirents {
+		if d.Name == "." || d.Name == ".." {
+			continue
+		}
+		p := path.Join(dir, d.Name)
+		if st, errno := fsys.Lstat(p); errno == 0 && st.Mode.IsDir() {
+			clearControlFS(fsys, p)
+			fsys.Rmdir(p)
+		} else {
+			fsys.Unlink(p)
+		}
 	}
 }
