@@ -229,3 +229,14 @@ func TestExecHasNoControlDirectory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "mine\n", string(res.Stdout))
 }
+
+// TestStopReasonLimit: the limits of a run are fuel, deadline, memory,
+// output and stack; the guest's own exit or trap, a cancel and fumehood's
+// failure are not.
+func TestStopReasonLimit(t *testing.T) {
+	limits := map[sandbox.StopReason]bool{sandbox.StopFuel: true, sandbox.StopDeadline: true,
+		sandbox.StopMemory: true, sandbox.StopOutput: true, sandbox.StopStack: true}
+	for s := sandbox.StopExit; s <= sandbox.StopStack+1; s++ {
+		assert.Equal(t, limits[s], s.Limit(), s.String())
+	}
+}
