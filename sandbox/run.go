@@ -296,6 +296,8 @@ var (
 	startupPwd string
 	//go:embed runner.py
 	runnerSource string
+	//go:embed outcome_writer.py
+	outcomeWriterSource string
 
 	startupSource = startupLazy() + startupCore
 )
@@ -323,8 +325,8 @@ const oneShotBootstrap = "exec(__import__('sys').argv[1])"
 // oneShotArgs are the interpreter's arguments for running code one-shot
 // under name (default "<string>") in a sandbox whose mounts quotas
 // describes (Sandbox.mountQuotas), before the program's own arguments.
-// The runner writes an exception's outcome at the guest path result (none
-// if empty), each text cut to maxValue+1 bytes (oneshot_outcome.go).
+// The runner writes an exception's outcome at the guest path result, each
+// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go).
 //
 // -u: unbuffered, so output written before a stop is kept.
 // -B: never write .pyc files.
@@ -332,7 +334,7 @@ func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue)}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource}
 }
 
 // c0 is cfg, or the zero Config for nil.

@@ -1,17 +1,10 @@
 # fumehood's one-shot runner, run after startup.py as `python -u -B -c
-# BOOTSTRAP STARTUP+RUNNER CODE NAME MOUNTS RESULT MAX ARGS...` (see
+# BOOTSTRAP STARTUP+RUNNER CODE NAME MOUNTS RESULT MAX WRITER ARGS...` (see
 # oneShotArgs in run.go): it runs CODE in __main__ as the file
 # NAME (sys.argv[0] is NAME, or "-c" when NAME is "<string>"), registers
 # its lines with linecache when an exception is printed, so the traceback
-# shows them, and leaves out its own frame.
-#
-# An exception is printed on stderr, as python prints it, and reported to
-# the host as the session driver (driver.py) reports it, in the same files
-# (see outcome.go): its type, message and traceback, each cut to MAX+1
-# bytes, at RESULT.type, RESULT.message and RESULT.traceback in the control
-# directory, then the JSON outcome at RESULT. This is a copy of the
-# driver's writer, not shared with it: the driver's bytes key the base
-# images and snapshots of sessions.
+# shows them, and leaves out its own frame; it prints the traceback, then
+# WRITER (outcome_writer.py) reports the exception at RESULT.
 def _fumehood_run():
     import sys
     me = sys._getframe().f_code
@@ -20,35 +13,9 @@ def _fumehood_run():
     del g["_fumehood_tag"]
     g.pop("_fumehood_mounts")(sys.argv[4])
     del g["_fumehood_run"]
-    code, name, result, n = sys.argv[2], sys.argv[3], sys.argv[5], int(sys.argv[6]) + 1
-    del sys.argv[1:7]
+    code, name, result, n, report = sys.argv[2], sys.argv[3], sys.argv[5], int(sys.argv[6]) + 1, sys.argv[7]
+    del sys.argv[1:8]
     sys.argv[0] = "-c" if name == "<string>" else name
-
-    def report(e, tb):
-        import os, traceback
-        t = type(e)
-        try:
-            message = str(e)
-        except BaseException:
-            message = "<unprintable %s>" % t.__name__
-        out = {
-            "type": t.__qualname__ if t.__module__ in ("builtins", "__main__") else t.__module__ + "." + t.__qualname__,
-            "message": message,
-            "traceback": "".join(traceback.format_exception(t, e, tb)),
-        }
-
-        def put(name, data):
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                while data:
-                    data = data[os.write(fd, data):]
-            finally:
-                os.close(fd)
-
-        for k, v in out.items():
-            put(result + "." + k, v[:n].encode("utf-8", "backslashreplace")[:n])
-        put(result, b'{"value": false, "exception": true, "exit": null}')
-
     try:
         # exec of a string names it "<string>"; another name needs the
         # compile builtin, which costs the first use about 50 million
@@ -72,13 +39,13 @@ def _fumehood_run():
         for _ in range(depth - max(limit, 0)):
             tb = tb.tb_next
         hint(e)
-        import traceback
         if sys.excepthook is sys.__excepthook__:
+            import traceback
             traceback.print_exception(type(e), e, tb)
         else:
             sys.excepthook(type(e), e, tb)
         try:
-            report(e, tb)
+            exec(report, {"e": e, "tb": tb, "result": result, "n": n})
         except BaseException:
             pass
         raise SystemExit(1)
