@@ -240,3 +240,24 @@ func TestStopReasonLimit(t *testing.T) {
 		assert.Equal(t, limits[s], s.Limit(), s.String())
 	}
 }
+
+// TestOutcomeModelHugeException: an exception whose message is far past
+// MaxOutput is reported, cut, and the run is still the guest's own exit.
+func TestOutcomeModelHugeException(t *testing.T) {
+	for _, code := range []string{
+		"raise Exception('x' * 30_000_000)",
+		"raise type('E' * 30_000, (Exception,), {})('é' * 15_000_000)",
+	} {
+		res, err := testenv.Python(t).Run(context.Background(), code, nil)
+		require.NotNil(t, res, "%v", err)
+		var exc *sandbox.Exception
+		require.ErrorAs(t, err, &exc, code)
+		assert.Equal(t, sandbox.StopExit, res.Stop, code)
+		assert.Equal(t, 1, res.ExitCode, code)
+		assert.True(t, exc.Truncated, code)
+		assert.LessOrEqual(t, len(exc.Message), sandbox.DefaultMaxOutput, code)
+		assert.LessOrEqual(t, len(exc.Traceback), sandbox.DefaultMaxOutput, code)
+		assert.True(t, strings.HasPrefix(exc.Traceback, "Traceback (most recent call last):\n"), code)
+		t.Logf("%s: peak memory %d MiB, fuel %d", code[:20], res.PeakMemory>>20, res.FuelUsed)
+	}
+}
