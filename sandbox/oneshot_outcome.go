@@ -50,11 +50,13 @@ func (s *Sandbox) mountControl(fscfg sysfs.FSConfig, dev uint64) (sysfs.FSConfig
 
 // outcomePath returns the path, as the guest sees it, at which a run's
 // runner writes its outcome: in the control directory, fresh for each run.
-// It is empty for a sandbox without a control directory.
+// It is empty for a sandbox without a control directory. It empties the
+// directory of what an Exec of the interpreter may have left there.
 func (s *Sandbox) outcomePath() string {
 	if s.ctl == nil {
 		return ""
 	}
+	clearControlFS(s.ctlFS, ".")
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	return ControlPath + "/result-" + hex.EncodeToString(nonce[:])

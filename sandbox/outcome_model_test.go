@@ -148,6 +148,12 @@ func TestOneShotControlDirectoryCannotBeJammed(t *testing.T) {
 	var exc *sandbox.Exception
 	require.ErrorAs(t, err, &exc)
 	assert.Equal(t, "ZeroDivisionError", exc.Type)
+	// Nor does a jam left by the interpreter run with Exec.
+	res, err = sb.Exec(ctx, &sandbox.Config{Args: []string{"-c", jam}})
+	require.NoError(t, err)
+	assert.Equal(t, "16\n", string(res.Stdout))
+	_, err = sb.Run(ctx, "1/0", nil)
+	require.ErrorAs(t, err, &exc)
 
 	// The code finds its run's outcome path in the runner's frame and
 	// writes an outcome there.
