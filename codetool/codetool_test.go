@@ -148,7 +148,7 @@ func TestLowerNeverRaises(t *testing.T) {
 func TestResultText(t *testing.T) {
 	v := "42"
 	r := &codetool.Result{Stdout: "hi", Value: &v,
-		Exception: &codetool.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
+		Exception: &sandbox.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
 		Files:     []codetool.File{{Path: "/work/a.png", Size: 3, MediaType: "image/png", Data: []byte{1, 2, 3}}, {Path: "/work/b.csv", Size: 9}},
 		Truncated: []string{"stdout"}, Notes: []string{"n1"}}
 	assert.Equal(t, "stdout:\nhi\nvalue: 42\nexception: ValueError: bad\ntraceback:\nTraceback...\nValueError: bad\n"+

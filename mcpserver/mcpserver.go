@@ -558,8 +558,11 @@ func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunIn
 		return nil, RunOutput{}, err
 	}
 	defer s.release(false)
-	// A throw-away session: a fresh interpreter from the base image that,
-	// unlike a one-shot run, reports the value and the exception.
+	// A throw-away session: a fresh interpreter from the base image, which
+	// starts much faster than a one-shot run's (bench/README.md: a new
+	// session + run 5.9 ms, a new sandbox + run 54 ms) and, unlike it,
+	// reports the value of the last expression. (Both report the
+	// exception the same way.)
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(nil))
 	if err != nil {
 		return nil, RunOutput{}, err

@@ -39,12 +39,14 @@ func ExampleGuest_Run_exception() {
 	defer py.Close(ctx)
 
 	res, err := py.Run(ctx, "raise ValueError('bad input')", nil)
-	var exit *sandbox.ExitError
-	if errors.As(err, &exit) {
-		fmt.Println("exit status", exit.Code)
+	var exc *sandbox.Exception
+	if errors.As(err, &exc) {
+		fmt.Println(exc.Type, exc.Message)
 	}
-	fmt.Printf("%s", res.Stderr[len(res.Stderr)-22:])
+	fmt.Println("exit status", res.ExitCode)
+	fmt.Printf("%s", res.Stderr[len(res.Stderr)-22:]) // the traceback, as python prints it
 	// Output:
+	// ValueError bad input
 	// exit status 1
 	// ValueError: bad input
 }

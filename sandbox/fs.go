@@ -133,6 +133,8 @@ type Sandbox struct {
 	errno  errnoSink
 	host   *hostcall.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at HostMountPath, with host
+	ctl    afero.Fs         // a one-shot Python sandbox's control directory (oneshot_outcome.go)
+	ctlFS  *wasi.FS         // ctl as the guest sees it
 	closed bool
 }
 
@@ -167,6 +169,9 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		}
 		if m.Path == HostMountPath && !session {
 			return nil, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
+		}
+		if g.python && !session && (m.Path == ControlPath || hasPrefixPath(m.Path, ControlPath)) {
+			return nil, fmt.Errorf("sandbox: %s is reserved for fumehood's control directory", m.Path)
 		}
 		if g.stdlib != nil && (m.Path == StdlibPath || hasPrefixPath(m.Path, StdlibPath)) {
 			return nil, fmt.Errorf("sandbox: %s is reserved for the Python guest's standard library", m.Path)
@@ -228,6 +233,12 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	if g.python && !session {
+		// Last, so that the other preopens keep their descriptors.
+		if fscfg, err = s.mountControl(fscfg, uint64(len(mounts)+2)); err != nil {
+			return nil, fmt.Errorf("sandbox: control directory: %w", err)
+		}
+	}
 	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
 	s.fscfg = fscfg.(wazero.FSConfig)
 	return s, nil
@@ -277,7 +288,9 @@ func (s *Sandbox) Run(ctx context.Context, code string, cfg *Config) (*Result, e
 		return nil, ErrClosed
 	}
 	ctx, cfg = s.withHost(ctx, cfg, s.g.python)
-	return s.g.run(ctx, code, cfg, s.fscfg, &s.errno, s.mountQuotas())
+	at := s.outcomePath()
+	res, err := s.g.run(ctx, code, cfg, s.fscfg, &s.errno, s.mountQuotas(), at)
+	return s.takeOutcome(res, err, at, c0(cfg).maxOutput())
 }
 
 // Exec runs the guest's _start in the sandbox, as Guest.Exec does.

@@ -62,13 +62,16 @@ var (
 	ErrOpenFiles = errors.New("sandbox: an open file cannot be carried over")
 )
 
-// Exception is a Python exception that ended a session run. The session
-// goes on; the exception's traceback was also written to the run's stderr.
-// The host cuts each of Type, Message and Traceback to at most the run's
-// MaxOutput bytes, as it cuts Result.Value.
+// Exception is a Python exception that ended a run's code. Every Python
+// run reports it the same way: Guest.Run, Sandbox.Run and Session.Run
+// return it (errors.As) and put it in Result.Exception; Result.ExitCode is
+// 1 and the traceback is on Result.Stderr too, as python prints it. A
+// session goes on after it. It is what the guest reported: the host cuts
+// each of Type, Message and Traceback to at most the run's MaxOutput
+// bytes, as it cuts Result.Value, and never decides Result.Stop from it.
 type Exception struct {
 	// Type is the exception's class, qualified by its module unless it is
-	// a builtin or defined by the session's code: "ZeroDivisionError",
+	// a builtin or defined by the run's code: "ZeroDivisionError",
 	// "json.decoder.JSONDecodeError".
 	Type string `json:"type"`
 	// Message is str() of the exception.
