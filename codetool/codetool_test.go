@@ -149,7 +149,7 @@ func TestLowerNeverRaises(t *testing.T) {
 func TestResultText(t *testing.T) {
 	v := "42"
 	r := &codetool.Result{Stdout: "hi", Value: &v,
-		Exception: &codetool.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
+		Exception: &sandbox.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
 		Files:     []codetool.File{{Path: "/work/a.png", Size: 3, MediaType: "image/png", Data: []byte{1, 2, 3}}, {Path: "/work/b.csv", Size: 9}},
 		Truncated: []string{"stdout"}, Notes: []string{"n1"}}
 	assert.Equal(t, "stdout:\nhi\nvalue: 42\nexception: ValueError: bad\ntraceback:\nTraceback...\nValueError: bad\n"+
@@ -226,7 +226,7 @@ func TestBadInputIsAResult(t *testing.T) {
 // images carry their bytes; files outside it and unchanged ones are not.
 func TestFilesAndImages(t *testing.T) {
 	tool := newTool(t, &codetool.Options{MaxImageBytes: 100_000, Setup: func(ctx context.Context, conv string, s *sandbox.Session) error {
-		return s.Sandbox().WriteFile("/work/data.csv", []byte("a,b\n1,2\n"))
+		return s.Files().WriteFile("/work/data.csv", []byte("a,b\n1,2\n"))
 	}})
 	ctx := context.Background()
 	code := `

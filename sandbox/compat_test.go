@@ -162,23 +162,28 @@ for f in (lambda: urllib.request.urlopen("https://example.com"),
 func TestCompatTracebacks(t *testing.T) {
 	ctx := context.Background()
 	res, err := sandboxtest.Python(t).Run(ctx, "def f():\n    return 1 // 0\nf()\n", nil)
-	var exit *sandbox.ExitError
-	require.True(t, errors.As(err, &exit), "%v", err)
-	assert.Equal(t, 1, exit.Code)
+	var exc *sandbox.Exception
+	require.True(t, errors.As(err, &exc), "%v", err)
+	assert.Equal(t, 1, res.ExitCode)
 	assert.Contains(t, string(res.Stderr), "File \"<string>\", line 2, in f\n    return 1 // 0\n")
 	assert.NotContains(t, string(res.Stderr), "fumehood")
+	assert.Contains(t, exc.Traceback, "File \"<string>\", line 2, in f\n    return 1 // 0\n")
+	assert.NotContains(t, exc.Traceback, "fumehood")
 
 	res, err = sandboxtest.Python(t).Run(ctx, "import sys; print(sys.argv)\nimport pandas\n", &sandbox.Config{ScriptName: "analysis.py", Args: []string{"x"}})
 	require.Error(t, err)
 	assert.Equal(t, "['analysis.py', 'x']\n", string(res.Stdout))
 	assert.Contains(t, string(res.Stderr), "File \"analysis.py\", line 2, in <module>\n    import pandas\n")
 	assert.Contains(t, string(res.Stderr), "No module named 'pandas'\nThe sandbox has Python's standard library only")
+	require.True(t, errors.As(err, &exc), "%v", err)
+	assert.Equal(t, "ModuleNotFoundError", exc.Type)
+	assert.Contains(t, exc.Traceback, "standard library only")
 
 	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()
 	_, err = s.Run(ctx, "import pandas", nil)
-	var exc *sandbox.Exception
+	exc = nil
 	require.True(t, errors.As(err, &exc), "%v", err)
 	assert.Contains(t, exc.Traceback, "standard library only")
 }
@@ -204,7 +209,7 @@ print(mymod.X, sys.path.index("/work/lib") < sys.path.index("/work/more") < [i f
 	sb, err := sandboxtest.Python(t).NewSandbox(nil)
 	require.NoError(t, err)
 	defer sb.Close()
-	require.NoError(t, sb.WriteFile("/work/mymod6.py", []byte("X = 6\n")))
+	require.NoError(t, sb.Files().WriteFile("/work/mymod6.py", []byte("X = 6\n")))
 	res, err = sb.Run(ctx, "import mymod6; print(mymod6.X)", &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work"}})
 	require.NoError(t, err, "%s", res.Stderr)
 	assert.Equal(t, "6\n", string(res.Stdout))

@@ -2,16 +2,13 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path"
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/fumehood/fumehood/internal/hostchan"
 
@@ -20,7 +17,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
-	sysapi "github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/internal/wasifs"
@@ -140,7 +136,7 @@ type SandboxConfig struct {
 // Sandbox is one clean room: a filesystem (a fresh in-memory root and the
 // mounts of its SandboxConfig) in which runs happen one after the other.
 // Files written by one run are there for the next, and for the host through
-// ReadFile and the other file methods, until Close. A Sandbox is not safe
+// Files, until Close. A Sandbox is not safe
 // for concurrent use; many sandboxes may share one Guest.
 type Sandbox struct {
 	g      *Guest
@@ -150,6 +146,8 @@ type Sandbox struct {
 	errno  errnoSink
 	host   *hostchan.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at HostMountPath, with host
+	ctl    afero.Fs         // a one-shot Python sandbox's control directory (oneshot_outcome.go)
+	ctlFS  *wasifs.FS         // ctl as the guest sees it
 	closed bool
 }
 
@@ -184,6 +182,9 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 		}
 		if m.Path == HostMountPath && !session {
 			return nil, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
+		}
+		if g.python && !session && (m.Path == ControlPath || hasPrefixPath(m.Path, ControlPath)) {
+			return nil, fmt.Errorf("sandbox: %s is reserved for fumehood's control directory", m.Path)
 		}
 		if g.stdlib != nil && (m.Path == StdlibPath || hasPrefixPath(m.Path, StdlibPath)) {
 			return nil, fmt.Errorf("sandbox: %s is reserved for the Python guest's standard library", m.Path)
@@ -245,6 +246,12 @@ func (g *Guest) newSandbox(cfg *SandboxConfig, session bool) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
+	if g.python && !session {
+		// Last, so that the other preopens keep their descriptors.
+		if fscfg, err = s.mountControl(fscfg, uint64(len(mounts)+2)); err != nil {
+			return nil, fmt.Errorf("sandbox: control directory: %w", err)
+		}
+	}
 	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
 	s.fscfg = fscfg.(wazero.FSConfig)
 	return s, nil
@@ -294,7 +301,9 @@ func (s *Sandbox) Run(ctx context.Context, code string, cfg *Config) (*Result, e
 		return nil, ErrClosed
 	}
 	ctx, cfg = s.withHost(ctx, cfg, s.g.python)
-	return s.g.run(ctx, code, cfg, s.fscfg, &s.errno, s.mountQuotas())
+	at := s.outcomePath()
+	res, err := s.g.run(ctx, code, cfg, s.fscfg, &s.errno, s.mountQuotas(), at)
+	return s.takeOutcome(res, err, at, c0(cfg).maxOutput())
 }
 
 // Exec runs the guest's _start in the sandbox, as Guest.Exec does.
@@ -314,265 +323,4 @@ func (s *Sandbox) Close() error {
 	s.closed = true
 	s.mounts = nil
 	return nil
-}
-
-// lookup finds the mount holding the guest path name and the path inside it.
-func (s *Sandbox) lookup(op, name string) (*wasifs.FS, string, error) {
-	if s.closed {
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrClosed}
-	}
-	if !path.IsAbs(name) || strings.IndexByte(name, 0) >= 0 {
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
-	}
-	clean := path.Clean(name)
-	for _, m := range s.mounts {
-		if rel, ok := within(clean, m.path); ok {
-			return m.fs, rel, nil
-		}
-	}
-	return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
-}
-
-// within reports whether name is mount or below it, and the path relative to it.
-func within(name, mount string) (string, bool) {
-	if mount == "/" {
-		return strings.TrimPrefix(name, "/"), true
-	}
-	if name == mount {
-		return "", true
-	}
-	if rest, ok := strings.CutPrefix(name, mount+"/"); ok {
-		return rest, true
-	}
-	return "", false
-}
-
-// errnoError makes a sys.Errno match the io/fs errors.
-type errnoError struct{ errno sys.Errno }
-
-func (e errnoError) Error() string { return e.errno.Error() }
-
-func (e errnoError) Is(target error) bool {
-	switch target {
-	case fs.ErrNotExist:
-		return e.errno == sys.ENOENT
-	case fs.ErrExist:
-		return e.errno == sys.EEXIST || e.errno == sys.ENOTEMPTY
-	case fs.ErrPermission:
-		return e.errno == sys.EPERM || e.errno == sys.EACCES || e.errno == sys.EROFS
-	case fs.ErrInvalid:
-		return e.errno == sys.EINVAL
-	}
-	return false
-}
-
-// Unwrap returns the errno.
-func (e errnoError) Unwrap() error { return e.errno }
-
-func pathErr(op, name string, errno sys.Errno) error {
-	return &fs.PathError{Op: op, Path: name, Err: errnoError{errno}}
-}
-
-// WriteFile writes data to the file name in the sandbox, creating it (but
-// not its directory) or truncating it. The guest's path rules and quotas
-// apply.
-func (s *Sandbox) WriteFile(name string, data []byte) error {
-	fsys, rel, err := s.lookup("write", name)
-	if err != nil {
-		return err
-	}
-	f, errno := fsys.OpenFile(rel, sys.O_WRONLY|sys.O_CREAT|sys.O_TRUNC, 0o644)
-	if errno != 0 {
-		return pathErr("write", name, errno)
-	}
-	for len(data) > 0 {
-		n, errno := f.Write(data)
-		if errno != 0 {
-			f.Close()
-			return pathErr("write", name, errno)
-		}
-		data = data[n:]
-	}
-	if errno := f.Close(); errno != 0 {
-		return pathErr("write", name, errno)
-	}
-	return nil
-}
-
-// ReadFile returns the content of the file name in the sandbox.
-func (s *Sandbox) ReadFile(name string) ([]byte, error) {
-	fsys, rel, err := s.lookup("read", name)
-	if err != nil {
-		return nil, err
-	}
-	f, errno := fsys.OpenFile(rel, sys.O_RDONLY, 0)
-	if errno != 0 {
-		return nil, pathErr("read", name, errno)
-	}
-	defer f.Close()
-	if dir, _ := f.IsDir(); dir {
-		return nil, pathErr("read", name, sys.EISDIR)
-	}
-	var out []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, errno := f.Read(buf)
-		if errno != 0 {
-			return nil, pathErr("read", name, errno)
-		}
-		if n == 0 {
-			return out, nil
-		}
-		out = append(out, buf[:n]...)
-	}
-}
-
-// FileInfo describes a file in a sandbox.
-type FileInfo struct {
-	name string
-	st   sysapi.Stat_t
-}
-
-var _ fs.FileInfo = FileInfo{}
-
-// Name is the file's base name.
-func (fi FileInfo) Name() string { return fi.name }
-
-// Size is the file's size in bytes.
-func (fi FileInfo) Size() int64 { return fi.st.Size }
-
-// Mode is the file's type and permission bits.
-func (fi FileInfo) Mode() fs.FileMode { return fi.st.Mode }
-
-// ModTime is the file's modification time.
-func (fi FileInfo) ModTime() time.Time { return time.Unix(0, fi.st.Mtim) }
-
-// IsDir reports whether the file is a directory.
-func (fi FileInfo) IsDir() bool { return fi.st.Mode.IsDir() }
-
-// Sys returns the underlying *sys.Stat_t of wazero.
-func (fi FileInfo) Sys() any { return &fi.st }
-
-// Stat describes the file name in the sandbox, following symbolic links.
-func (s *Sandbox) Stat(name string) (fs.FileInfo, error) {
-	fsys, rel, err := s.lookup("stat", name)
-	if err != nil {
-		return nil, err
-	}
-	st, errno := fsys.Stat(rel)
-	if errno != 0 {
-		return nil, pathErr("stat", name, errno)
-	}
-	return FileInfo{name: path.Base(path.Clean(name)), st: st}, nil
-}
-
-// ReadDir lists the directory name in the sandbox, sorted by name.
-func (s *Sandbox) ReadDir(name string) ([]fs.DirEntry, error) {
-	fsys, rel, err := s.lookup("readdir", name)
-	if err != nil {
-		return nil, err
-	}
-	f, errno := fsys.OpenFile(rel, sys.O_RDONLY|sys.O_DIRECTORY, 0)
-	if errno != 0 {
-		return nil, pathErr("readdir", name, errno)
-	}
-	defer f.Close()
-	dirents, errno := f.Readdir(-1)
-	if errno != 0 {
-		return nil, pathErr("readdir", name, errno)
-	}
-	out := make([]fs.DirEntry, 0, len(dirents))
-	for _, d := range dirents {
-		if d.Name == "." || d.Name == ".." {
-			continue
-		}
-		st, errno := fsys.Lstat(path.Join(rel, d.Name))
-		if errno != 0 {
-			return nil, pathErr("readdir", path.Join(name, d.Name), errno)
-		}
-		out = append(out, fs.FileInfoToDirEntry(FileInfo{name: d.Name, st: st}))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
-	return out, nil
-}
-
-// MkdirAll creates the directory name in the sandbox and any parents it lacks.
-func (s *Sandbox) MkdirAll(name string) error {
-	fsys, rel, err := s.lookup("mkdir", name)
-	if err != nil {
-		return err
-	}
-	if rel == "" {
-		return nil
-	}
-	parts := strings.Split(rel, "/")
-	for i := range parts {
-		p := strings.Join(parts[:i+1], "/")
-		errno := fsys.Mkdir(p, 0o755)
-		if errno == sys.EEXIST {
-			if st, errno := fsys.Stat(p); errno == 0 && st.Mode.IsDir() {
-				continue
-			}
-			return pathErr("mkdir", name, sys.ENOTDIR)
-		}
-		if errno != 0 {
-			return pathErr("mkdir", name, errno)
-		}
-	}
-	return nil
-}
-
-// Remove removes the file or empty directory name from the sandbox.
-func (s *Sandbox) Remove(name string) error {
-	fsys, rel, err := s.lookup("remove", name)
-	if err != nil {
-		return err
-	}
-	if rel == "" {
-		return pathErr("remove", name, sys.EPERM) // a mount root stays
-	}
-	errno := fsys.Unlink(rel)
-	if errno == sys.EISDIR || errno == sys.EPERM {
-		errno = fsys.Rmdir(rel)
-	}
-	if errno != 0 {
-		return pathErr("remove", name, errno)
-	}
-	return nil
-}
-
-// RemoveAll removes name and everything below it from the sandbox. A
-// missing name is not an error.
-func (s *Sandbox) RemoveAll(name string) error {
-	st, err := s.lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if st.Mode.IsDir() {
-		entries, err := s.ReadDir(name)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := s.RemoveAll(path.Join(name, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	return s.Remove(name)
-}
-
-func (s *Sandbox) lstat(name string) (sysapi.Stat_t, error) {
-	fsys, rel, err := s.lookup("lstat", name)
-	if err != nil {
-		return sysapi.Stat_t{}, err
-	}
-	st, errno := fsys.Lstat(rel)
-	if errno != 0 {
-		return st, pathErr("lstat", name, errno)
-	}
-	return st, nil
 }

@@ -48,12 +48,14 @@ func wantLines(want ...string) func(*testing.T, *sandbox.Result, error) {
 	}
 }
 
-// wantPythonError checks a run that ended with an uncaught exception.
+// wantPythonError checks a run that ended with an uncaught exception,
+// which the text exception (its type, and maybe its message) shows.
 func wantPythonError(exception string) func(*testing.T, *sandbox.Result, error) {
 	return func(t *testing.T, res *sandbox.Result, err error) {
-		var exit *sandbox.ExitError
-		require.ErrorAs(t, err, &exit)
-		assert.Equal(t, 1, exit.Code)
+		var exc *sandbox.Exception
+		require.ErrorAs(t, err, &exc)
+		assert.Equal(t, 1, res.ExitCode)
+		assert.Contains(t, exc.Type+": "+exc.Message, exception)
 		assert.Contains(t, string(res.Stderr), exception)
 	}
 }

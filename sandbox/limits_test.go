@@ -94,15 +94,19 @@ func TestMemoryLimit(t *testing.T) {
 	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "x = bytearray(2**30)", nil)
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
-	var exit *sandbox.ExitError
-	require.ErrorAs(t, err, &exit, "the guest itself failed, with a MemoryError")
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc, "the guest itself failed, with a MemoryError")
+	assert.Equal(t, "MemoryError", exc.Type)
+	assert.Equal(t, sandbox.StopMemory, res.Stop)
+	assert.Equal(t, 1, res.ExitCode)
 	assert.Contains(t, string(res.Stderr), "MemoryError")
 	assert.True(t, res.MemoryLimitHit)
 	assert.LessOrEqual(t, res.PeakMemory, int64(sandbox.DefaultMemoryLimit))
 
 	// 2**31 is past what a 32-bit guest can index: a clean Python error.
 	_, err = py.Run(context.Background(), "x = bytearray(2**31)", nil)
-	require.ErrorAs(t, err, &exit)
+	require.ErrorAs(t, err, &exc)
+	assert.NotErrorIs(t, err, sandbox.ErrMemoryLimit)
 
 	// Growing a list until memory runs out.
 	res, err = py.Run(context.Background(), "l = []\nwhile True: l.append('x' * 100000)", &sandbox.Config{MemoryLimit: 64 << 20})

@@ -125,7 +125,10 @@ type Result struct {
 	Value          string
 	HasValue       bool
 	ValueTruncated bool
-	// Exception is the Python exception the code raised, if any.
+	// Exception is the Python exception the code raised, if any, in any
+	// Python run (Guest.Run and Sandbox.Run too): the error the run
+	// returns. It is what the guest reported; the host caps each of its
+	// texts at MaxOutput bytes and never decides Stop from it.
 	Exception *Exception
 	// HostCalls counts the run's calls of host functions, refused ones
 	// included; HTTPRequests counts the HTTP requests it sent, each
@@ -235,11 +238,13 @@ func (e *TrapError) Unwrap() error { return e.Err }
 // closed guest, a context already done); otherwise it holds the output,
 // even when the error is not nil.
 //
-// A Python exception is not a Go error of its own: the traceback is on
-// Result.Stderr and the error is an *ExitError with Code 1 (sessions report
-// it as an *Exception, see Session.Run). A run stopped
+// A Python exception the code does not catch is an *Exception, as in
+// sessions: the error (errors.As) and Result.Exception, with
+// Result.ExitCode 1 and the traceback on Result.Stderr too, as python
+// prints it. SystemExit(n) is an *ExitError with Code n. A run stopped
 // by a limit returns an error matching ErrFuelExhausted, ErrMemoryLimit,
-// ErrOutputLimit, context.DeadlineExceeded or context.Canceled.
+// ErrOutputLimit, context.DeadlineExceeded or context.Canceled, and
+// Result.Stop says which (Stop.Limit reports a limit).
 func (g *Guest) Run(ctx context.Context, code string, cfg *Config) (*Result, error) {
 	s, err := g.NewSandbox(nil)
 	if err != nil {
@@ -260,7 +265,7 @@ func (g *Guest) Exec(ctx context.Context, cfg *Config) (*Result, error) {
 	return s.Exec(ctx, cfg)
 }
 
-func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink, quotas string) (*Result, error) {
+func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.FSConfig, sink *errnoSink, quotas, result string) (*Result, error) {
 	if !g.python {
 		return nil, ErrNotPython
 	}
@@ -274,7 +279,7 @@ func (g *Guest) run(ctx context.Context, code string, cfg *Config, fscfg wazero.
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Args = append(oneShotArgs(code, c.ScriptName, quotas), c.Args...)
+	c.Args = append(oneShotArgs(code, c.ScriptName, quotas, result, c.maxOutput()), c.Args...)
 	return g.exec(ctx, "python", &c, fscfg, sink)
 }
 
@@ -291,6 +296,8 @@ var (
 	startupPwd string
 	//go:embed runner.py
 	runnerSource string
+	//go:embed outcome_writer.py
+	outcomeWriterSource string
 
 	startupSource = startupLazy() + startupCore
 )
@@ -318,14 +325,16 @@ const oneShotBootstrap = "exec(__import__('sys').argv[1])"
 // oneShotArgs are the interpreter's arguments for running code one-shot
 // under name (default "<string>") in a sandbox whose mounts quotas
 // describes (Sandbox.mountQuotas), before the program's own arguments.
+// The runner writes an exception's outcome at the guest path result, each
+// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go).
 //
 // -u: unbuffered, so output written before a stop is kept.
 // -B: never write .pyc files.
-func oneShotArgs(code, name, quotas string) []string {
+func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource}
 }
 
 // c0 is cfg, or the zero Config for nil.

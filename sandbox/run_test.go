@@ -50,13 +50,20 @@ print(db.execute("select sum(x) from t").fetchone()[0])
 func TestPythonExceptionExitsOne(t *testing.T) {
 	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "print('before')\n{}['missing']", nil)
-	var exit *sandbox.ExitError
-	require.ErrorAs(t, err, &exit)
-	assert.Equal(t, 1, exit.Code)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "KeyError", exc.Type)
+	assert.Equal(t, "'missing'", exc.Message)
+	assert.True(t, strings.HasPrefix(exc.Traceback, "Traceback (most recent call last):\n  File \"<string>\", line 2, in <module>\n    {}['missing']\n"), exc.Traceback)
+	assert.True(t, strings.HasSuffix(exc.Traceback, "\nKeyError: 'missing'\n"), exc.Traceback)
+	assert.False(t, exc.Truncated)
+	assert.Same(t, exc, res.Exception)
 	assert.Equal(t, 1, res.ExitCode)
+	assert.Equal(t, sandbox.StopExit, res.Stop)
 	assert.Equal(t, "before\n", string(res.Stdout), "output before the exception is kept")
 	assert.Contains(t, string(res.Stderr), "Traceback (most recent call last)")
 	assert.Contains(t, string(res.Stderr), "KeyError: 'missing'")
+	assert.Contains(t, string(res.Stderr), exc.Traceback, "the traceback is on stderr too, as python prints it")
 }
 
 func TestPythonSystemExit(t *testing.T) {

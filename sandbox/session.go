@@ -63,13 +63,16 @@ var (
 	ErrOpenFiles = errors.New("sandbox: an open file cannot be carried over")
 )
 
-// Exception is a Python exception that ended a session run. The session
-// goes on; the exception's traceback was also written to the run's stderr.
-// The host cuts each of Type, Message and Traceback to at most the run's
-// MaxOutput bytes, as it cuts Result.Value.
+// Exception is a Python exception that ended a run's code. Every Python
+// run reports it the same way: Guest.Run, Sandbox.Run and Session.Run
+// return it (errors.As) and put it in Result.Exception; Result.ExitCode is
+// 1 and the traceback is on Result.Stderr too, as python prints it. A
+// session goes on after it. It is what the guest reported: the host cuts
+// each of Type, Message and Traceback to at most the run's MaxOutput
+// bytes, as it cuts Result.Value, and never decides Result.Stop from it.
 type Exception struct {
 	// Type is the exception's class, qualified by its module unless it is
-	// a builtin or defined by the session's code: "ZeroDivisionError",
+	// a builtin or defined by the run's code: "ZeroDivisionError",
 	// "json.decoder.JSONDecodeError".
 	Type string `json:"type"`
 	// Message is str() of the exception.
@@ -823,9 +826,10 @@ func (s *Session) do(ctx context.Context, code *string, cfg *Config) (result *Re
 // anything the guest's code put there, which could otherwise fill its
 // quota and stop the driver from reporting the next run.
 func (s *Session) clearControl() {
-	entries, _ := s.sb.ReadDir(ControlPath)
+	ctl := s.sb.controlFiles()
+	entries, _ := ctl.ReadDir(ControlPath)
 	for _, e := range entries {
-		s.sb.RemoveAll(path.Join(ControlPath, e.Name()))
+		ctl.RemoveAll(path.Join(ControlPath, e.Name()))
 	}
 }
 
@@ -889,10 +893,6 @@ func (s *Session) Runs() int64 {
 	defer s.mu.Unlock()
 	return s.runs
 }
-
-// Sandbox returns the session's filesystem, for reading and writing its
-// files from the host between runs.
-func (s *Session) Sandbox() *Sandbox { return s.sb }
 
 // Close releases the session's interpreter. A closed session cannot run,
 // snapshot or fork.

@@ -60,7 +60,7 @@ with open('/work/notes.txt', 'w') as f: f.write('kept')`)
 	assert.Equal(t, "Point(82, [1])", res.Value)
 	res = run(t, s, "open('/work/notes.txt').read()")
 	assert.Equal(t, "'kept'", res.Value)
-	data, err := s.Sandbox().ReadFile("/work/notes.txt")
+	data, err := s.Files().ReadFile("/work/notes.txt")
 	require.NoError(t, err)
 	assert.Equal(t, "kept", string(data))
 

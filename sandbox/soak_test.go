@@ -112,7 +112,7 @@ func TestSoakOneShot(t *testing.T) {
 		case 5:
 			s, err := g.NewSandbox(nil)
 			require.NoError(t, err)
-			require.NoError(t, s.WriteFile("/work/in", []byte("x")))
+			require.NoError(t, s.Files().WriteFile("/work/in", []byte("x")))
 			res, err = s.Exec(ctx, &sandbox.Config{Args: []string{"ls", "/work"}, Stdin: io.MultiReader(strings.NewReader("a"))})
 			require.NoError(t, err)
 			require.Equal(t, "in\n", string(res.Stdout))
@@ -198,7 +198,7 @@ func TestConcurrentSandboxes(t *testing.T) {
 				}
 				defer s.Close()
 				mine := fmt.Sprintf("sandbox-%d", i)
-				if err := s.WriteFile("/work/"+mine, []byte(mine)); err != nil {
+				if err := s.Files().WriteFile("/work/"+mine, []byte(mine)); err != nil {
 					return err
 				}
 				for run := range 3 {
@@ -217,7 +217,7 @@ func TestConcurrentSandboxes(t *testing.T) {
 						return fmt.Errorf("sandbox %d sees %q", i, res.Stdout)
 					}
 				}
-				got, err := s.ReadFile("/work/" + mine)
+				got, err := s.Files().ReadFile("/work/" + mine)
 				if err == nil && string(got) != mine {
 					err = fmt.Errorf("sandbox %d reads %q", i, got)
 				}

@@ -34,7 +34,7 @@ func TestResultStopOneShot(t *testing.T) {
 	}{
 		{"exit 0", false, "print('hi')", nil, sandbox.StopExit, nil, 0},
 		{"exit 3", false, "import sys\nsys.exit(3)", nil, sandbox.StopExit, &sandbox.ExitError{Code: 3}, 3},
-		{"exception", false, "1/0", nil, sandbox.StopExit, &sandbox.ExitError{Code: 1}, 1},
+		{"exception", false, "1/0", nil, sandbox.StopExit, &sandbox.Exception{Type: "ZeroDivisionError", Message: "division by zero"}, 1},
 		{"fuel", false, "while True: pass", &sandbox.Config{Fuel: 50_000_000}, sandbox.StopFuel, sandbox.ErrFuelExhausted, -1},
 		{"deadline", false, "while True: pass", &sandbox.Config{Timeout: 200 * time.Millisecond}, sandbox.StopDeadline, context.DeadlineExceeded, -1},
 		{"canceled", true, "while True: pass", nil, sandbox.StopCanceled, context.Canceled, -1},
@@ -57,12 +57,18 @@ func TestResultStopOneShot(t *testing.T) {
 			assert.Equal(t, tc.stop, res.Stop, "error: %v", err)
 			assert.Equal(t, tc.exit, res.ExitCode)
 			var exit *sandbox.ExitError
+			var exc *sandbox.Exception
 			switch want := tc.err.(type) {
 			case nil:
 				require.NoError(t, err)
 			case *sandbox.ExitError:
 				require.ErrorAs(t, err, &exit)
 				assert.Equal(t, want.Code, exit.Code)
+			case *sandbox.Exception:
+				require.ErrorAs(t, err, &exc)
+				assert.Equal(t, want.Type, exc.Type)
+				assert.Equal(t, want.Message, exc.Message)
+				assert.Same(t, exc, res.Exception)
 			default:
 				require.ErrorIs(t, err, want)
 			}

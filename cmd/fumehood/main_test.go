@@ -206,11 +206,16 @@ func TestLimitExitStatuses(t *testing.T) {
 	}
 	// Each cause has its own status.
 	seen := map[int]bool{}
-	for _, l := range limits {
-		assert.False(t, seen[l.code], "status %d used twice", l.code)
-		seen[l.code] = true
-		assert.NotEqual(t, exitFailure, l.code)
+	for stop := sandbox.StopExit; stop <= sandbox.StopStack; stop++ {
+		code, words, _ := stopped(stop)
+		if words == "" {
+			continue
+		}
+		assert.False(t, seen[code], "status %d used twice", code)
+		seen[code] = true
+		assert.NotEqual(t, exitFailure, code)
 	}
+	assert.Len(t, seen, 6, "fuel, deadline, memory, output, canceled, stack")
 }
 
 func TestStats(t *testing.T) {

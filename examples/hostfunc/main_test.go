@@ -34,9 +34,10 @@ func TestUncaughtCallError(t *testing.T) {
 	require.NoError(t, err)
 	defer sb.Close()
 	res, err := sb.Run(context.Background(), `import fumehood; fumehood.call("price", sku="kiwi", quantity=1)`, nil)
-	var exit *sandbox.ExitError
-	require.ErrorAs(t, err, &exit)
-	assert.Equal(t, 1, exit.Code)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "fumehood.CallError", exc.Type)
+	assert.Equal(t, 1, res.ExitCode)
 	assert.Contains(t, string(res.Stderr), "fumehood.CallError: unknown SKU \"kiwi\"\n")
 	assert.Equal(t, 1, res.HostCalls)
 }

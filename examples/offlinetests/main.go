@@ -93,7 +93,7 @@ func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []
 		return nil, err
 	}
 	defer sb.Close()
-	if err := sb.WriteFile("/work/generated.py", []byte(source)); err != nil {
+	if err := sb.Files().WriteFile("/work/generated.py", []byte(source)); err != nil {
 		return nil, err
 	}
 	args := make([][]any, len(cases))
@@ -114,7 +114,7 @@ func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []
 	if err != nil {
 		return nil, err
 	}
-	data, err := sb.ReadFile("/work/outcomes.json")
+	data, err := sb.Files().ReadFile("/work/outcomes.json")
 	if err != nil {
 		return nil, err
 	}

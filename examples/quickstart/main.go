@@ -37,8 +37,12 @@ func run(ctx context.Context, w io.Writer) error {
 	defer py.Close()
 
 	res, err := py.Run(ctx, program, &sandbox.Config{Timeout: 10 * time.Second})
+	var exc *sandbox.Exception
 	var exit *sandbox.ExitError
-	if errors.As(err, &exit) {
+	switch {
+	case errors.As(err, &exc):
+		return fmt.Errorf("the program raised %s:\n%s", exc.Type, exc.Traceback)
+	case errors.As(err, &exit):
 		return fmt.Errorf("the program failed with status %d:\n%s", exit.Code, res.Stderr)
 	}
 	if err != nil {

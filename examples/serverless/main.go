@@ -83,7 +83,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer sb.Close()
 	for name, content := range req.Files {
-		if err := sb.WriteFile(name, []byte(content)); err != nil {
+		if err := sb.Files().WriteFile(name, []byte(content)); err != nil {
 			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
