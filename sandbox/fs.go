@@ -147,7 +147,7 @@ type Sandbox struct {
 	host   *hostchan.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at HostMountPath, with host
 	ctl    afero.Fs         // a one-shot Python sandbox's control directory (oneshot_outcome.go)
-	ctlFS  *wasifs.FS         // ctl as the guest sees it
+	ctlFS  *wasifs.FS       // ctl as the guest sees it
 	closed bool
 }
 

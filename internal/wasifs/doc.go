@@ -1,4 +1,4 @@
-// Package wasi gives a WebAssembly guest run by wazero a writable file system
+// Package wasifs gives a WebAssembly guest run by wazero a writable file system
 // backed by any afero.Fs: an in-memory afero.MemMapFs for a scratch space, a
 // RootFs (OpenRootFs) for a persistent host directory, an
 // afero.CopyOnWriteFs for a writable layer over read-only content, and so on.
@@ -30,8 +30,8 @@
 //
 // # Mounting
 //
-//	fsys, err := wasi.NewFS(afero.NewMemMapFs(), wasi.Options{
-//		Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 10_000},
+//	fsys, err := wasifs.NewFS(afero.NewMemMapFs(), wasifs.Options{
+//		Quota: wasifs.Quota{MaxBytes: 64 << 20, MaxFiles: 10_000},
 //	})
 //	if err != nil {
 //		return err

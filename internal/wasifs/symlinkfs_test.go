@@ -12,7 +12,7 @@ import (
 
 // symlinkMemFs is an afero.MemMapFs that can hold symbolic links, for tests:
 // a link is a file whose mode has fs.ModeSymlink and whose content is the
-// target. Like any backing fs used by wasi.FS, it never follows links
+// target. Like any backing fs used by wasifs.FS, it never follows links
 // itself: Stat and LstatIfPossible both describe a link as a link, and a
 // path through a link does not exist.
 type symlinkMemFs struct {

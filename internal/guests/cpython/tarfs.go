@@ -201,7 +201,7 @@ func (i tarInfo) Mode() fs.FileMode {
 }
 
 // tarFile is an open tarNode. Like an os.File it is not safe for
-// concurrent use (wasi.FS serializes calls).
+// concurrent use (wasifs.FS serializes calls).
 type tarFile struct {
 	n      *tarNode
 	name   string
