@@ -25,7 +25,7 @@ tools:
 session-guest: build tools
 	@if command -v wasm-opt >/dev/null; then $(BIN) guest install --session; fi
 
-# Our own CPython 3.13.5 guest, built from pinned sources (guests/cpython):
+# Our own CPython 3.13.5 guest, built from pinned sources (internal/guests/cpython):
 # bookworm's LLVM 19 and the native build tools are installed if missing (as
 # root on a Debian machine), then the build runs (minutes, once per machine).
 # The numpy variant (guest-build-numpy) also needs ninja and LLVM 19's C++
@@ -50,7 +50,7 @@ guest-build: build guest-build-tools
 guest-build-session: guest-build tools
 	@if command -v wasm-opt >/dev/null; then $(BIN) guest build --session; fi
 
-# The variant with numpy 2.2.5 built in (guests/cpython/numpy.go). Its two
+# The variant with numpy 2.2.5 built in (internal/guests/cpython/numpy.go). Its two
 # source tarballs cannot come through apt: NUMPY_SOURCES names a directory
 # holding them (see NumpyInputs); once verified they are kept in the cache.
 NUMPY_SOURCES ?=
@@ -85,8 +85,8 @@ fuzz:
 		./internal/wasmbin:FuzzParse \
 		./internal/fuel:FuzzInstrument \
 		./internal/errnoshim:FuzzShim \
-		./wasi/hostcall:FuzzDecodeFrame \
-		./wasi:FuzzResolve:-fuzzminimizetime=5s \
+		./internal/hostchan:FuzzDecodeFrame \
+		./internal/wasifs:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \
 		./internal/wasmbin:FuzzExportMutableGlobals \
 		./internal/wasmbin:FuzzBounds \
@@ -97,8 +97,8 @@ fuzz:
 		./mcpserver:FuzzCheckLine \
 		./mcpserver:FuzzTruncate \
 		./codetool:FuzzParseInput \
-		./guests/cpython:FuzzReadExport \
-		./guests/cpython:FuzzDecodeOutcome
+		./internal/guests/cpython:FuzzReadExport \
+		./internal/guests/cpython:FuzzDecodeOutcome
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.

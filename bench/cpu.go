@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fumehood/fumehood/bench/cpuset"
+	"github.com/fumehood/fumehood/bench/internal/cpuset"
 	"github.com/fumehood/fumehood/sandbox"
 )
 

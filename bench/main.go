@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -94,12 +94,12 @@ func run(ctx context.Context, bin, pyodideDir, mdPath, jsonPath string, quick bo
 	if err != nil {
 		return err
 	}
-	defer b.guest.Close(ctx)
+	defer b.guest.Close()
 	if b.sessions, err = sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true}); err != nil {
 		b.log("no session rows: %v", err)
 		b.sessions = nil
 	} else {
-		defer b.sessions.Close(ctx)
+		defer b.sessions.Close()
 	}
 
 	rep := &Report{Started: time.Now(), Config: b.opts, Machine: b.machine()}
@@ -173,7 +173,7 @@ func nativePython() (string, error) {
 }
 
 func (b *bench) machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Guest: python.Package + "@" + python.Version}
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Guest: npm.Package + "@" + npm.Version}
 	if cpuinfo, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(cpuinfo), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {

@@ -109,7 +109,7 @@ func memoryChild(ctx context.Context, kind string, n int) error {
 	if err != nil {
 		return err
 	}
-	defer g.Close(ctx)
+	defer g.Close()
 	if _, err := g.Run(ctx, tiny, nil); err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func sessionMemoryChild(ctx context.Context, hibernate bool, n int) error {
 	if err != nil {
 		return err
 	}
-	defer g.Close(ctx)
+	defer g.Close()
 	warm, err := g.NewSession(ctx, nil) // builds or loads the base image
 	if err != nil {
 		return err

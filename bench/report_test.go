@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/bench/cpuset"
+	"github.com/fumehood/fumehood/bench/internal/cpuset"
 )
 
 func TestMedian(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // GuestInfo is what a Python guest offers code, as Probe finds it: what
@@ -24,7 +24,7 @@ type GuestInfo struct {
 	Lacks []string
 }
 
-// NPMGuest is the npm guest's GuestInfo (guests/python, the default
+// NPMGuest is the npm guest's GuestInfo (internal/guests/npm, the default
 // guest): what Instructions describes.
 var NPMGuest = GuestInfo{Version: "3.12.0", Lacks: []string{"ssl", "ctypes", "lzma", "multiprocessing", "time-zone data"}}
 

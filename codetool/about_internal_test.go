@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -17,7 +18,7 @@ import (
 // when zoneinfo's search path holds it, and as missing otherwise (the npm
 // guest's own path holds none).
 func TestProbeFindsTimeZoneData(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	tz := afero.NewMemMapFs()
 	require.NoError(t, afero.WriteFile(tz, "/UTC", []byte("TZif2"), 0o644))
 	for env, lacksTZ := range map[string]bool{"/tz": false, "/nowhere": true} {

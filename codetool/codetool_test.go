@@ -11,18 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/codetool"
-	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 func newTool(t *testing.T, o *codetool.Options) *codetool.Tool {
 	t.Helper()
-	tool, err := codetool.New(testenv.PythonSessions(t), o)
+	tool, err := codetool.New(sandboxtest.PythonSessions(t), o)
 	require.NoError(t, err)
 	t.Cleanup(func() { tool.Close() })
 	return tool
@@ -53,7 +54,7 @@ func TestSchemaAndDescription(t *testing.T) {
 // from what the guest has (Probe) and what network and mounts the host
 // gives: Instructions is that text for the npm guest with none.
 func TestInstructionsFromTheGuest(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	info, err := codetool.Probe(context.Background(), py)
 	require.NoError(t, err)
 	if py.Python().Guest == sandbox.GuestNPM {
@@ -152,7 +153,7 @@ func TestLowerNeverRaises(t *testing.T) {
 func TestResultText(t *testing.T) {
 	v := "42"
 	r := &codetool.Result{Stdout: "hi", Value: &v,
-		Exception: &codetool.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
+		Exception: &sandbox.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
 		Files:     []codetool.File{{Path: "/work/a.png", Size: 3, MediaType: "image/png", Data: []byte{1, 2, 3}}, {Path: "/work/b.csv", Size: 9}},
 		Truncated: []string{"stdout"}, Notes: []string{"n1"}}
 	assert.Equal(t, "stdout:\nhi\nvalue: 42\nexception: ValueError: bad\ntraceback:\nTraceback...\nValueError: bad\n"+
@@ -229,7 +230,7 @@ func TestBadInputIsAResult(t *testing.T) {
 // images carry their bytes; files outside it and unchanged ones are not.
 func TestFilesAndImages(t *testing.T) {
 	tool := newTool(t, &codetool.Options{MaxImageBytes: 100_000, Setup: func(ctx context.Context, conv string, s *sandbox.Session) error {
-		return s.Sandbox().WriteFile("/work/data.csv", []byte("a,b\n1,2\n"))
+		return s.Files().WriteFile("/work/data.csv", []byte("a,b\n1,2\n"))
 	}})
 	ctx := context.Background()
 	code := `

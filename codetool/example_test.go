@@ -18,7 +18,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 	tool, err := codetool.New(py, &codetool.Options{Limits: sandbox.Limits{Timeout: 10 * time.Second}})
 	if err != nil {
 		fmt.Println(err)

@@ -2,11 +2,11 @@ package codetool
 
 import (
 	"errors"
+	"io/fs"
 	"path"
 	"slices"
+	"strings"
 	"time"
-
-	"github.com/fumehood/fumehood/sandbox"
 )
 
 // stamp is what tells a file changed.
@@ -19,53 +19,49 @@ type stamp struct {
 // WatchFiles before the run, Changed after it. Tool.Call uses one for each
 // call; the MCP server too.
 type Watch struct {
-	sb       *sandbox.Sandbox
-	dir      string
+	fsys     fs.FS
+	root     string // the directory, as an io/fs name
 	maxImage int
-	before   map[string]stamp
+	before   map[string]stamp // by io/fs name
 }
 
-// WatchFiles lists the regular files under dir in sb (at most 20,000
-// entries looked at), to compare with after a run. Images of at most
-// maxImageBytes (0: DefaultMaxImageBytes) will carry their content.
-func WatchFiles(sb *sandbox.Sandbox, dir string, maxImageBytes int) *Watch {
+// WatchFiles lists the regular files under dir (a guest path, such as
+// "/work") in fsys, a sandbox's or session's Files or any fs.FS whose root
+// is the guest's "/" (at most 20,000 entries looked at), to compare with
+// after a run. Images of at most maxImageBytes (0: DefaultMaxImageBytes)
+// will carry their content.
+func WatchFiles(fsys fs.FS, dir string, maxImageBytes int) *Watch {
 	if maxImageBytes <= 0 {
 		maxImageBytes = DefaultMaxImageBytes
 	}
-	w := &Watch{sb: sb, dir: dir, maxImage: maxImageBytes}
+	root := strings.TrimPrefix(path.Join("/", dir), "/")
+	if root == "" {
+		root = "."
+	}
+	w := &Watch{fsys: fsys, root: root, maxImage: maxImageBytes}
 	w.before = w.list()
 	return w
 }
 
 // list returns the regular files under the directory, at most maxWalk
-// entries looked at.
+// entries looked at. What cannot be read is left out.
 func (w *Watch) list() map[string]stamp {
 	files := map[string]stamp{}
 	seen := 0
-	var walk func(dir string) bool
-	walk = func(dir string) bool {
-		entries, err := w.sb.ReadDir(dir)
-		if err != nil {
-			return true
+	_ = fs.WalkDir(w.fsys, w.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == w.root {
+			return nil
 		}
-		for _, e := range entries {
-			if seen++; seen > maxWalk {
-				return false
-			}
-			p := path.Join(dir, e.Name())
-			if e.IsDir() {
-				if !walk(p) {
-					return false
-				}
-				continue
-			}
-			if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+		if seen++; seen > maxWalk {
+			return fs.SkipAll
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
 				files[p] = stamp{fi.Size(), fi.ModTime()}
 			}
 		}
-		return true
-	}
-	walk(w.dir)
+		return nil
+	})
 	return files
 }
 
@@ -92,10 +88,10 @@ func (w *Watch) Changed() ([]File, error) {
 	files := make([]File, 0, len(names))
 	images := 0
 	for _, p := range names {
-		name, _ := Clip(p, 1024)
+		name, _ := Clip(path.Join("/", p), 1024)
 		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
 		if f.MediaType != "" && f.Size <= int64(w.maxImage) && images < maxImages {
-			if data, rerr := w.sb.ReadFile(p); rerr == nil && len(data) <= w.maxImage {
+			if data, rerr := fs.ReadFile(w.fsys, p); rerr == nil && len(data) <= w.maxImage {
 				f.Data = data
 				images++
 			}

@@ -21,10 +21,15 @@ type Result struct {
 	// Value is the repr of the value of the code's last expression, when
 	// the code ends in one whose value is not None.
 	Value *string `json:"value,omitempty"`
-	// Exception is the Python exception the code raised.
-	Exception *Exception `json:"exception,omitempty"`
-	// StoppedBy names the limit that stopped the run: "deadline", "fuel",
-	// "memory" or "output"; empty when none did.
+	// Exception is the Python exception the code raised: a copy of the
+	// run's, its texts cut to the tool's MaxOutput bytes (Truncated says
+	// so).
+	Exception *sandbox.Exception `json:"exception,omitempty"`
+	// StoppedBy names the limit that stopped the run, as the host
+	// recorded it (sandbox.Result.Stop, when Stop.Limit()), never as the
+	// guest's exit status or output might suggest: "deadline", "fuel",
+	// "memory", "output" or "stack" (the guest ran out of stack); empty
+	// when none did.
 	StoppedBy string `json:"stopped_by,omitempty"`
 	// Error says what went wrong when it was not the code's exception: bad
 	// arguments, a limit, a failure of the host.
@@ -51,16 +56,6 @@ type Result struct {
 	Run *sandbox.Result `json:"-"`
 
 	maxOutput int // the limit texts were cut at, for Text; 0 if unknown
-}
-
-// Exception is a Python exception in a Result.
-type Exception struct {
-	// Type is the exception's class ("ZeroDivisionError").
-	Type string `json:"type"`
-	// Message is str() of the exception.
-	Message string `json:"message"`
-	// Traceback is the traceback as Python prints it.
-	Traceback string `json:"traceback,omitempty"`
 }
 
 // File is a file a run created or changed.
@@ -99,18 +94,6 @@ func (r *Result) Images() []File {
 	return out
 }
 
-// StoppedBy gives the name of the limit that stopped a run, as the host
-// recorded it (sandbox.Result.Stop), never as the guest's exit status or
-// output might suggest: "deadline", "fuel", "memory", "output", "stack"
-// (the guest ran out of stack), or "" when no limit did.
-func StoppedBy(stop sandbox.StopReason) string {
-	switch stop {
-	case sandbox.StopDeadline, sandbox.StopFuel, sandbox.StopMemory, sandbox.StopOutput, sandbox.StopStack:
-		return stop.String()
-	}
-	return ""
-}
-
 // FromRun turns a session run's outcome (sandbox.Session.Run's) into a
 // Result, each text cut to maxOutput bytes whatever the sandbox kept. A
 // Python exception, a limit and any other error set IsError; res may be
@@ -141,13 +124,16 @@ func FromRun(res *sandbox.Result, err error, maxOutput int) *Result {
 		}
 	}
 	if e := res.Exception; e != nil {
-		r.Exception = &Exception{Type: r.clip("exception", e.Type, maxOutput),
+		r.Exception = &sandbox.Exception{Type: r.clip("exception", e.Type, maxOutput),
 			Message: r.clip("exception", e.Message, maxOutput), Traceback: r.clip("exception", e.Traceback, maxOutput)}
 		if e.Truncated {
 			r.cut("exception")
 		}
+		r.Exception.Truncated = slices.Contains(r.Truncated, "exception")
 	}
-	r.StoppedBy = StoppedBy(res.Stop)
+	if res.Stop.Limit() {
+		r.StoppedBy = res.Stop.String()
+	}
 	var exc *sandbox.Exception
 	if err != nil && !errors.As(err, &exc) {
 		r.Error = r.clip("error", err.Error(), maxOutput)

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // Errors of a Result's Err (errors.Is).
@@ -84,7 +84,7 @@ type Options struct {
 	// 8 × MaxImageBytes of images.
 	MaxImageBytes int
 	// Setup, if set, prepares each new session, before its first run:
-	// upload the conversation's data with s.Sandbox().WriteFile.
+	// upload the conversation's data with s.Files().WriteFile.
 	Setup func(ctx context.Context, conversation string, s *sandbox.Session) error
 }
 
@@ -262,7 +262,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		t.mu.Unlock()
 	}()
 
-	w := WatchFiles(c.s.Sandbox(), t.opts.OutputDir, t.opts.MaxImageBytes)
+	w := WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
 	res, err := c.s.Run(ctx, in.Code, &sandbox.RunOptions{Limits: req})
 	if errors.Is(err, sandbox.ErrSessionClosed) {
 		// A run stopped while files were open could not be rolled back.

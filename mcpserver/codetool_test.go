@@ -4,18 +4,19 @@ import (
 	"context"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/codetool"
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/mcpserver"
 )
 
 // TestSharesTheCodeToolDefinition: the server's instructions are the code
 // tool's, and a run's result reads as codetool formats it for a model.
 func TestSharesTheCodeToolDefinition(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	info, err := codetool.Probe(context.Background(), py)
 	require.NoError(t, err)
 	srv, err := mcpserver.New(py, nil)

@@ -11,16 +11,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/codetool"
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/mcpserver"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // pngCode writes a 4×4 red PNG to /work/chart.png and shows its SHA-256.
@@ -47,7 +47,7 @@ type filesOut struct {
 // binary_files). Binary content used to come back as text, each invalid
 // byte a U+FFFD. Reads stay within MaxOutput bytes as sent.
 func TestBinaryFiles(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	const limit = 4096
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit}})
 	require.NoError(t, err)
@@ -157,7 +157,7 @@ func TestBinaryFiles(t *testing.T) {
 // is about 1 MiB. It used to come back twice (text and structured, 2 MB),
 // with only the structured part saying it was cut.
 func TestLargePrintSentOnce(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()
@@ -182,7 +182,7 @@ func TestLargePrintSentOnce(t *testing.T) {
 // each argument is, fuel gives its scale, and the instructions (from
 // codetool) say what the sandbox has, for the network and mounts given.
 func TestSchemasAndInstructions(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	dir := t.TempDir()
 	host, err := sandbox.HostDir(dir)
 	require.NoError(t, err)
@@ -245,7 +245,7 @@ func TestSchemasAndInstructions(t *testing.T) {
 // makes: a read-only one refuses writes, a read-write one keeps them on
 // the host, within its quota.
 func TestMounts(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	in, outDir := t.TempDir(), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(in, "data.csv"), []byte("a,b\n1,2\n"), 0o644))
 	ro, err := sandbox.HostDir(in)
@@ -254,7 +254,7 @@ func TestMounts(t *testing.T) {
 	require.NoError(t, err)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Mounts: []sandbox.Mount{
 		{Path: "/data", FS: ro, ReadOnly: true},
-		{Path: "/out", FS: rw, Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}},
+		{Path: "/out", FS: rw, Quota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}},
 	}})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -284,7 +284,7 @@ func TestMounts(t *testing.T) {
 // back in its result, as the code tool does: PNG as image content (byte
 // for byte), SVG as text, every new or changed file listed in the text.
 func TestRunAttachesImages(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()

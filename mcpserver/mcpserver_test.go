@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -25,7 +26,7 @@ import (
 // TestStreamableHTTP serves the tools over streamable HTTP and calls them
 // with the SDK's client.
 func TestStreamableHTTP(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 1})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -117,7 +118,7 @@ func create(t *testing.T, cs *mcp.ClientSession) string {
 // under --timeout 3s); a fuel of 10**18 used to replace the default when
 // the server set none.
 func TestCallLimitsNeverRaise(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: time.Second}})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -179,7 +180,7 @@ func TestCallLimitsNeverRaise(t *testing.T) {
 // execute at once; the others wait for a slot. Twelve parallel calls used
 // to run at once whatever the server's bounds (5.6 GB with 200 MB each).
 func TestRunsBounded(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 2, MaxSessions: 2})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -224,7 +225,7 @@ func TestRunsBounded(t *testing.T) {
 // than MaxSessions sessions. Checking and adding used to be two steps:
 // parallel calls opened 21 and 40 sessions with a cap of 2.
 func TestSessionCreateAtomic(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 2})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -258,7 +259,7 @@ func TestSessionCreateAtomic(t *testing.T) {
 // TestMemoryBudget: open sessions and run_python calls in progress each
 // hold Limits.Memory of MemoryBudget; past it a call is refused.
 func TestMemoryBudget(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 128 << 20})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -309,7 +310,7 @@ func TestMemoryBudget(t *testing.T) {
 // made: it gets the answer of an unknown session or snapshot. Both used to
 // share everything. When a client's MCP session ends, its sessions close.
 func TestClientsOwnTheirSessions(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 4, SnapshotDir: t.TempDir()})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -399,7 +400,7 @@ func valueOf(t *testing.T, res *mcp.CallToolResult) string {
 // most 6 × 1 KiB plus a few hundred bytes (6 texts of at most MaxOutput
 // bytes; escaping could make the JSON up to 6 times as long, not here).
 func TestOutputCapped(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	const limit = 1024
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit}})
 	require.NoError(t, err)
@@ -489,7 +490,7 @@ const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pro
 // transport ends the connection on the first such line (and `fumehood
 // mcp` exited with all its sessions).
 func TestIOTransportSkipsMalformedLines(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()
@@ -556,7 +557,7 @@ func TestIOTransportSkipsMalformedLines(t *testing.T) {
 // stopped the run, never because the guest exited with a limit's status
 // or printed a limit's words.
 func TestStoppedByIsTheHosts(t *testing.T) {
-	py := testenv.PythonSessions(t)
+	py := sandboxtest.PythonSessions(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: 5 * time.Second}})
 	require.NoError(t, err)
 	defer srv.Close()

@@ -14,16 +14,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // These benchmarks split a first run into its parts:
 //
 //	go test ./sandbox -run '^$' -bench . -benchtime 5x
 func loadPython(b *testing.B) []byte {
-	wasm, _, err := python.Load(context.Background(), nil)
+	wasm, _, err := npm.Load(context.Background(), nil)
 	require.NoError(b, err, "the Python guest is needed; `make test` installs it")
 	return wasm
 }
@@ -35,7 +34,7 @@ func BenchmarkCompileCold(b *testing.B) {
 	for b.Loop() {
 		g, err := compile(ctx, wasm, &Options{CacheDir: b.TempDir()})
 		require.NoError(b, err)
-		g.Close(ctx)
+		g.Close()
 	}
 }
 
@@ -46,11 +45,11 @@ func BenchmarkCompileCached(b *testing.B) {
 	dir := b.TempDir()
 	g, err := compile(ctx, wasm, &Options{CacheDir: dir})
 	require.NoError(b, err)
-	g.Close(ctx)
+	g.Close()
 	for b.Loop() {
 		g, err := compile(ctx, wasm, &Options{CacheDir: dir})
 		require.NoError(b, err)
-		g.Close(ctx)
+		g.Close()
 	}
 }
 
@@ -59,7 +58,7 @@ func BenchmarkInstantiate(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	mc, err := g.moduleConfig(ctx, []string{"python"}, nil, false, 0, nil, &runState{ctx: ctx})
 	require.NoError(b, err)
 	for b.Loop() {
@@ -76,7 +75,7 @@ func BenchmarkRunPrint(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	for b.Loop() {
 		res, err := g.Run(ctx, "print(1)", nil)
 		require.NoError(b, err)
@@ -89,10 +88,10 @@ func BenchmarkRunPrint(b *testing.B) {
 // BenchmarkFuelOverhead compares with.
 func plainPython(b *testing.B, n int) *Guest {
 	ctx := context.Background()
-	dir, err := python.CacheDir("")
+	dir, err := npm.CacheDir("")
 	require.NoError(b, err)
 	store := pipeline.NewStore(filepath.Join(dir, "guests"))
-	d, ok := store.Lookup(python.SourceSHA256, python.Steps[:n])
+	d, ok := store.Lookup(npm.SourceSHA256, npm.Steps[:n])
 	require.True(b, ok, "the Python guest is needed; `make test` installs it")
 	wasm, err := store.Get(d)
 	require.NoError(b, err)
@@ -127,15 +126,15 @@ func median(d []time.Duration) time.Duration {
 //	go test ./sandbox -run '^$' -bench FuelOverhead -benchtime 20x
 func BenchmarkFuelOverhead(b *testing.B) {
 	ctx := context.Background()
-	require.Equal(b, "strip-debug", python.Steps[0].Name)
-	require.Equal(b, "fuel", python.Steps[len(python.Steps)-1].Name)
+	require.Equal(b, "strip-debug", npm.Steps[0].Name)
+	require.Equal(b, "fuel", npm.Steps[len(npm.Steps)-1].Name)
 	plain := plainPython(b, 1)
-	defer plain.Close(ctx)
-	unmetered := plainPython(b, len(python.Steps)-1)
-	defer unmetered.Close(ctx)
+	defer plain.Close()
+	unmetered := plainPython(b, len(npm.Steps)-1)
+	defer unmetered.Close()
 	metered, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer metered.Close(ctx)
+	defer metered.Close()
 
 	programs := map[string]string{
 		"fib25": "def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\nfib(25)",
@@ -191,7 +190,7 @@ func BenchmarkDeadlineOvershoot(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	const timeout = 100 * time.Millisecond
 	var over []time.Duration
 	for b.Loop() {
@@ -245,7 +244,7 @@ func BenchmarkFileThroughput(b *testing.B) {
 	ctx := context.Background()
 	g, err := CompilePython(ctx, nil)
 	require.NoError(b, err)
-	defer g.Close(ctx)
+	defer g.Close()
 	parse := func(out string) (w, r float64) {
 		_, err := fmt.Sscan(out, &w, &r)
 		require.NoError(b, err, out)
@@ -253,7 +252,7 @@ func BenchmarkFileThroughput(b *testing.B) {
 	}
 	var sw, sr, nw, nr []float64
 	for b.Loop() {
-		s, err := g.NewSandbox(&Config{RootQuota: wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
+		s, err := g.NewSandbox(&Config{RootQuota: Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
 		require.NoError(b, err)
 		res, err := s.Run(ctx, "DIR = '/tmp'\n"+throughputScript, nil)
 		require.NoError(b, err, string(res.Stderr))

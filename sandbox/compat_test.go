@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -18,11 +19,11 @@ import (
 func compatRun(t *testing.T, code string) (outs []string) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := testenv.Python(t).Run(ctx, code, nil)
+	res, err := sandboxtest.Python(t).Run(ctx, code, nil)
 	require.NotNil(t, res)
 	require.NoError(t, err, "one-shot: %s", res.Stderr)
 	outs = append(outs, string(res.Stdout))
-	s, err := testenv.PythonSessions(t).NewSession(ctx, nil)
+	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()
 	res, err = s.Run(ctx, code, nil)
@@ -160,14 +161,16 @@ for f in (lambda: urllib.request.urlopen("https://example.com"),
 // library only.
 func TestCompatTracebacks(t *testing.T) {
 	ctx := context.Background()
-	res, err := testenv.Python(t).Run(ctx, "def f():\n    return 1 // 0\nf()\n", nil)
-	var exit *sandbox.ExitError
-	require.True(t, errors.As(err, &exit), "%v", err)
-	assert.Equal(t, 1, exit.Code)
+	res, err := sandboxtest.Python(t).Run(ctx, "def f():\n    return 1 // 0\nf()\n", nil)
+	var exc *sandbox.Exception
+	require.True(t, errors.As(err, &exc), "%v", err)
+	assert.Equal(t, 1, res.ExitCode)
 	assert.Contains(t, string(res.Stderr), "File \"<string>\", line 2, in f\n    return 1 // 0\n")
 	assert.NotContains(t, string(res.Stderr), "fumehood")
+	assert.Contains(t, exc.Traceback, "File \"<string>\", line 2, in f\n    return 1 // 0\n")
+	assert.NotContains(t, exc.Traceback, "fumehood")
 
-	named, err := testenv.Python(t).NewSandbox(nil)
+	named, err := sandboxtest.Python(t).NewSandbox(nil)
 	require.NoError(t, err)
 	defer named.Close()
 	res, err = named.RunScript(ctx, "analysis.py", "import sys; print(sys.argv)\nimport pandas\n", nil, "x")
@@ -175,12 +178,15 @@ func TestCompatTracebacks(t *testing.T) {
 	assert.Equal(t, "['analysis.py', 'x']\n", string(res.Stdout))
 	assert.Contains(t, string(res.Stderr), "File \"analysis.py\", line 2, in <module>\n    import pandas\n")
 	assert.Contains(t, string(res.Stderr), "No module named 'pandas'\nThe sandbox has Python's standard library only")
+	require.True(t, errors.As(err, &exc), "%v", err)
+	assert.Equal(t, "ModuleNotFoundError", exc.Type)
+	assert.Contains(t, exc.Traceback, "standard library only")
 
-	s, err := testenv.PythonSessions(t).NewSession(ctx, nil)
+	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()
 	_, err = s.Run(ctx, "import pandas", nil)
-	var exc *sandbox.Exception
+	exc = nil
 	require.True(t, errors.As(err, &exc), "%v", err)
 	assert.Contains(t, exc.Traceback, "standard library only")
 }
@@ -189,7 +195,7 @@ func TestCompatTracebacks(t *testing.T) {
 // sys.path, after the script's directory, before the standard library.
 func TestSessionPythonPath(t *testing.T) {
 	ctx := context.Background()
-	s, err := testenv.PythonSessions(t).NewSession(ctx, &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
+	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(ctx, `
@@ -203,10 +209,10 @@ print(mymod.X, sys.path.index("/work/lib") < sys.path.index("/work/more") < [i f
 	assert.Equal(t, "5 True\n", string(res.Stdout))
 
 	// One-shot runs: the interpreter reads PYTHONPATH itself.
-	sb, err := testenv.Python(t).NewSandbox(&sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work"}})
+	sb, err := sandboxtest.Python(t).NewSandbox(&sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work"}})
 	require.NoError(t, err)
 	defer sb.Close()
-	require.NoError(t, sb.WriteFile("/work/mymod6.py", []byte("X = 6\n")))
+	require.NoError(t, sb.Files().WriteFile("/work/mymod6.py", []byte("X = 6\n")))
 	res, err = sb.Run(ctx, "import mymod6; print(mymod6.X)", nil)
 	require.NoError(t, err, "%s", res.Stderr)
 	assert.Equal(t, "6\n", string(res.Stdout))

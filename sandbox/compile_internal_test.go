@@ -29,7 +29,7 @@ func TestCompileMappedReleasesAndChecks(t *testing.T) {
 	g, err := compileMapped(ctx, startOnly, opts, func() error { released++; return nil })
 	require.NoError(t, err)
 	assert.Equal(t, 1, released)
-	require.NoError(t, g.Close(ctx))
+	require.NoError(t, g.Close())
 
 	g, err = compileMapped(ctx, startOnly, opts, func() error { released++; return pipeline.ErrCorrupt })
 	assert.ErrorIs(t, err, pipeline.ErrCorrupt)

@@ -6,9 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/hostcall"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
+	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/netpolicy"
 )
 
 // Defaults applied when Limits leave a field zero.
@@ -120,7 +119,7 @@ type Config struct {
 	Mounts []Mount
 	// RootQuota bounds the in-memory root; the zero value means
 	// DefaultRootQuota.
-	RootQuota wasi.Quota
+	RootQuota Quota
 	// Env is the guest's whole environment (for Python, os.environ).
 	// Keys must not be empty or contain '=' or NUL. A session's holds at
 	// most 4,096 variables and 512 KiB, what a snapshot holds.

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -113,7 +114,7 @@ func runSnippet(ctx context.Context, t *testing.T, sn snippet, session bool) cor
 	var stdout, stderr strings.Builder
 	var runErr error
 	if session {
-		s, err := testenv.PythonSessions(t).NewSession(ctx, &sandbox.Config{Limits: cfg.Limits})
+		s, err := sandboxtest.PythonSessions(t).NewSession(ctx, &sandbox.Config{Limits: cfg.Limits})
 		require.NoError(t, err)
 		defer s.Close()
 		for _, code := range sn.runs {
@@ -127,7 +128,7 @@ func runSnippet(ctx context.Context, t *testing.T, sn snippet, session bool) cor
 			}
 		}
 	} else {
-		res, err := testenv.Python(t).Run(ctx, strings.Join(sn.runs, ""), cfg)
+		res, err := sandboxtest.Python(t).Run(ctx, strings.Join(sn.runs, ""), cfg)
 		require.NotNil(t, res, "%v", err)
 		stdout.Write(res.Stdout)
 		stderr.Write(res.Stderr)
@@ -167,8 +168,8 @@ func TestCorpus(t *testing.T) {
 	corpus := loadCorpus(t)
 	require.GreaterOrEqual(t, len(corpus), 80)
 	ctx := context.Background()
-	testenv.Python(t)
-	guest := testenv.Guest(t)
+	sandboxtest.Python(t)
+	guest := sandboxtest.Guest(t)
 	for i, sn := range corpus {
 		if sn.expect == "xfail" && sn.xfailOn != "" && sn.xfailOn != guest {
 			corpus[i].expect = "pass" // it fails on the other guest only

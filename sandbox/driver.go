@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strconv"
+
+	"github.com/fumehood/fumehood/internal/hostchan"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 )
 
 // startupSource is fumehood's start-up code, run before the code of every
@@ -29,6 +31,8 @@ var (
 	startupPwd string
 	//go:embed runner.py
 	runnerSource string
+	//go:embed outcome_writer.py
+	outcomeWriterSource string
 
 	startupSource = startupLazy() + startupCore
 )
@@ -56,14 +60,16 @@ const oneShotBootstrap = "exec(__import__('sys').argv[1])"
 // oneShotArgs are the interpreter's arguments for running code one-shot
 // under name (default "<string>") in a sandbox whose mounts quotas
 // describes (Sandbox.mountQuotas), before the program's own arguments.
+// The runner writes an exception's outcome at the guest path result, each
+// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go).
 //
 // -u: unbuffered, so output written before a stop is kept.
 // -B: never write .pyc files.
-func oneShotArgs(code, name, quotas string) []string {
+func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource}
 }
 
 //go:embed driver.py
@@ -112,9 +118,9 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 			req.Env = map[string]string{}
 		}
 		if host := s.sb.host; host != nil {
-			req.Path = []string{path.Join(HostMountPath, hostcall.PythonPath)}
+			req.Path = []string{path.Join(HostMountPath, hostchan.PythonPath)}
 			if host.HasNetwork() {
-				req.Site = []string{path.Join(HostMountPath, hostcall.PythonSitePath)}
+				req.Site = []string{path.Join(HostMountPath, hostchan.PythonSitePath)}
 			}
 		}
 	}
@@ -136,9 +142,10 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 // anything the guest's code put there, which could otherwise fill its
 // quota and stop the driver from reporting the next run.
 func (s *Session) clearControl() {
-	entries, _ := s.sb.ReadDir(ControlPath)
+	ctl := s.sb.controlFiles()
+	entries, _ := ctl.ReadDir(ControlPath)
 	for _, e := range entries {
-		s.sb.RemoveAll(path.Join(ControlPath, e.Name()))
+		ctl.RemoveAll(path.Join(ControlPath, e.Name()))
 	}
 }
 

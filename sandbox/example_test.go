@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"github.com/fumehood/fumehood/sandbox"
@@ -17,7 +18,7 @@ func ExampleCompilePython() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	res, err := py.Run(ctx, "print(sum(range(10)))", nil) // run many times
 	if err != nil {
@@ -35,15 +36,17 @@ func ExampleGuest_Run_exception() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	res, err := py.Run(ctx, "raise ValueError('bad input')", nil)
-	var exit *sandbox.ExitError
-	if errors.As(err, &exit) {
-		fmt.Println("exit status", exit.Code)
+	var exc *sandbox.Exception
+	if errors.As(err, &exc) {
+		fmt.Println(exc.Type, exc.Message)
 	}
-	fmt.Printf("%s", res.Stderr[len(res.Stderr)-22:])
+	fmt.Println("exit status", res.ExitCode)
+	fmt.Printf("%s", res.Stderr[len(res.Stderr)-22:]) // the traceback, as python prints it
 	// Output:
+	// ValueError bad input
 	// exit status 1
 	// ValueError: bad input
 }
@@ -55,7 +58,7 @@ func ExampleGuest_Run_timeout() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	_, err = py.Run(ctx, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 100 * time.Millisecond}})
 	fmt.Println(errors.Is(err, context.DeadlineExceeded))
@@ -69,7 +72,7 @@ func ExampleGuest_NewSession() {
 		fmt.Println(err)
 		return
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	s, err := py.NewSession(ctx, nil)
 	if err != nil {
@@ -105,4 +108,61 @@ func ExampleGuest_NewSession() {
 	// 42
 	// ZeroDivisionError - division by zero
 	// 82
+}
+
+func ExampleFiles() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close()
+	sb, err := py.NewSandbox(nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+	files := sb.Files()
+
+	// Give the code its input, at an absolute guest path.
+	if err := files.MkdirAll("/work/in"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := files.WriteFile("/work/in/orders.csv", []byte("item,qty\napple,3\npear,5\n")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := sb.Run(ctx, `
+import csv, os
+rows = list(csv.DictReader(open("/work/in/orders.csv")))
+os.makedirs("/work/out")
+open("/work/out/total.txt", "w").write(str(sum(int(r["qty"]) for r in rows)))
+`, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// Read what it wrote.
+	total, err := files.ReadFile("/work/out/total.txt")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("total:", string(total))
+
+	// FS is the same files as an io/fs file system, whose names are
+	// relative to the guest's "/".
+	_ = fs.WalkDir(files.FS(), "work", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			fmt.Println(p)
+		}
+		return nil
+	})
+	// Output:
+	// total: 8
+	// work/in/orders.csv
+	// work/out/total.txt
 }

@@ -4,29 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"slices"
 	"sort"
 	"strings"
-	"time"
+
+	"github.com/fumehood/fumehood/internal/hostchan"
 
 	"github.com/spf13/afero"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
-	sysapi "github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/hostcall"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // DefaultRootQuota bounds the in-memory root filesystem of a sandbox that
 // sets no quota of its own. The root lives in host memory, so it is bounded
 // like the guest's own memory.
-var DefaultRootQuota = wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
+var DefaultRootQuota = Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
 
 // DefaultMaxOpen bounds the files a guest may hold open at once in each
 // mount (and in the in-memory root): past it, opening fails with EMFILE
@@ -39,14 +37,14 @@ const DefaultMaxOpen = 1024
 // listing is taken when a directory handle is first read, so that it reads
 // consistently, and kept until the handle is closed. Past it, reading one
 // more directory fails with ENOMEM (Python's OSError with errno ENOMEM).
-// Each entry counts wasi.ListingEntryBytes plus its name: 32 MiB holds about
+// Each entry counts 48 bytes plus its name: 32 MiB holds about
 // 600,000 entries with 8-byte names, one listing of a directory that large
 // or about 60 listings at once of a 10,000-entry directory.
 const DefaultMaxListingBytes = 32 << 20
 
 // DefaultVolumeQuota is the quota the command line gives writable host
 // directories and volumes: generous, but a guest cannot fill the host's disk.
-var DefaultVolumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
+var DefaultVolumeQuota = Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
 
 // Mount puts a filesystem at a guest path.
 type Mount struct {
@@ -63,7 +61,18 @@ type Mount struct {
 	// Quota bounds what the guest may store in the mount; a change past it
 	// fails with ENOSPC. The zero value sets no bound: give writable host
 	// mounts one.
-	Quota wasi.Quota
+	Quota Quota
+}
+
+// Quota bounds what a guest may store in a writable filesystem. A change
+// past it fails with ENOSPC (Python's OSError). A zero field sets no bound.
+type Quota struct {
+	// MaxBytes is the most bytes the regular files may hold in total
+	// (their sizes, holes included).
+	MaxBytes int64
+	// MaxFiles is the most files, directories and symbolic links, not
+	// counting the filesystem's root.
+	MaxFiles int64
 }
 
 // Volume returns a directory of the host for persistent storage, creating
@@ -77,7 +86,7 @@ func Volume(dir string) (afero.Fs, error) {
 }
 
 // HostDir opens a directory of the host as an afero.Fs, for a Mount: a
-// *wasi.RootFs, which reaches the directory only through an os.Root. ".."
+// file system that reaches the directory only through an os.Root. ".."
 // and symbolic links resolve inside it, never to the rest of the host, even
 // while other programs or sandboxes sharing the directory rename its
 // components or swap them for symbolic links. It fails (with an
@@ -92,7 +101,7 @@ func Volume(dir string) (afero.Fs, error) {
 // Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
 // only while nothing but the sandbox changes the directory.
 func HostDir(dir string) (afero.Fs, error) {
-	r, err := wasi.OpenRootFs(dir)
+	r, err := wasifs.OpenRootFs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: host directory: %w", err)
 	}
@@ -103,7 +112,7 @@ func HostDir(dir string) (afero.Fs, error) {
 // mounts of its Config) in which runs happen one after the other, within
 // the Config's limits and environment.
 // Files written by one run are there for the next, and for the host through
-// ReadFile and the other file methods, until Close. A Sandbox is not safe
+// Files, until Close. A Sandbox is not safe
 // for concurrent use; many sandboxes may share one Guest.
 type Sandbox struct {
 	g      *Guest
@@ -111,8 +120,10 @@ type Sandbox struct {
 	order  []mounted // in preopen order
 	fscfg  wazero.FSConfig
 	errno  errnoSink
-	host   *hostcall.Server // nil without host functions or network
+	host   *hostchan.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at HostMountPath, with host
+	ctl    afero.Fs         // a one-shot Python sandbox's control directory (oneshot_outcome.go)
+	ctlFS  *wasifs.FS       // ctl as the guest sees it
 	closed bool
 
 	cfg      Config            // Limits resolved in limits
@@ -124,7 +135,7 @@ type Sandbox struct {
 
 type mounted struct {
 	path string
-	fs   *wasi.FS
+	fs   *wasifs.FS
 }
 
 // NewSandbox creates a sandbox whose runs use g. Its Config is copied:
@@ -148,7 +159,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	mounts := c.Mounts
 	if !hasRoot {
 		q := c.RootQuota
-		if q == (wasi.Quota{}) {
+		if q == (Quota{}) {
 			q = DefaultRootQuota
 		}
 		root := afero.NewMemMapFs()
@@ -171,7 +182,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == HostMountPath }) {
 			dev--
 		}
-		fsys, err := wasi.NewFS(g.stdlib, wasi.Options{ReadOnly: true, ReportErrno: s.errno.report,
+		fsys, err := wasifs.NewFS(g.stdlib, wasifs.Options{ReadOnly: true, ReportErrno: s.errno.report,
 			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: dev})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: standard library: %w", err)
@@ -185,9 +196,9 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		// does not depend on how many file systems the process made before
 		// (CPython caches small ints: a device number past 256 costs fuel,
 		// which broke deterministic runs).
-		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report,
+		opts := wasifs.Options{ReadOnly: m.ReadOnly, Quota: wasifs.Quota(m.Quota), ReportErrno: s.errno.report,
 			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(i + 1)}
-		fsys, err := wasi.NewFS(m.FS, opts)
+		fsys, err := wasifs.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)
 		}
@@ -198,6 +209,12 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	fscfg, err = s.mountHost(&c, fscfg)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if g.python && !session {
+		// Last, so that the other preopens keep their descriptors.
+		if fscfg, err = s.mountControl(fscfg, uint64(len(mounts)+2)); err != nil {
+			return nil, fmt.Errorf("sandbox: control directory: %w", err)
+		}
 	}
 	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
 	s.fscfg = fscfg.(wazero.FSConfig)
@@ -231,6 +248,9 @@ func (g *Guest) checkConfig(c *Config, session bool) (hasRoot bool, _ error) {
 		}
 		if m.Path == HostMountPath && !session {
 			return false, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
+		}
+		if g.python && !session && (m.Path == ControlPath || hasPrefixPath(m.Path, ControlPath)) {
+			return false, fmt.Errorf("sandbox: %s is reserved for fumehood's control directory", m.Path)
 		}
 		if g.stdlib != nil && (m.Path == StdlibPath || hasPrefixPath(m.Path, StdlibPath)) {
 			return false, fmt.Errorf("sandbox: %s is reserved for the Python guest's standard library", m.Path)
@@ -302,7 +322,13 @@ func (s *Sandbox) RunScript(ctx context.Context, name, code string, opts *RunOpt
 	if strings.IndexByte(name, 0) >= 0 {
 		return nil, errors.New("sandbox: the script name contains a NUL byte")
 	}
-	return s.exec(ctx, "python", append(oneShotArgs(code, name, s.quotas), args...), opts, true)
+	lim, err := s.limits.Lower(o0(opts).Limits)
+	if err != nil {
+		return nil, err
+	}
+	at := s.outcomePath()
+	res, err := s.exec(ctx, "python", append(oneShotArgs(code, name, s.quotas, at, lim.MaxOutput), args...), opts, true)
+	return s.takeOutcome(res, err, at, lim.MaxOutput)
 }
 
 // Exec runs the guest's _start in the sandbox with args after the program
@@ -326,265 +352,4 @@ func (s *Sandbox) Close() error {
 	s.closed = true
 	s.mounts = nil
 	return nil
-}
-
-// lookup finds the mount holding the guest path name and the path inside it.
-func (s *Sandbox) lookup(op, name string) (*wasi.FS, string, error) {
-	if s.closed {
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: ErrClosed}
-	}
-	if !path.IsAbs(name) || strings.IndexByte(name, 0) >= 0 {
-		return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
-	}
-	clean := path.Clean(name)
-	for _, m := range s.mounts {
-		if rel, ok := within(clean, m.path); ok {
-			return m.fs, rel, nil
-		}
-	}
-	return nil, "", &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
-}
-
-// within reports whether name is mount or below it, and the path relative to it.
-func within(name, mount string) (string, bool) {
-	if mount == "/" {
-		return strings.TrimPrefix(name, "/"), true
-	}
-	if name == mount {
-		return "", true
-	}
-	if rest, ok := strings.CutPrefix(name, mount+"/"); ok {
-		return rest, true
-	}
-	return "", false
-}
-
-// errnoError makes a sys.Errno match the io/fs errors.
-type errnoError struct{ errno sys.Errno }
-
-func (e errnoError) Error() string { return e.errno.Error() }
-
-func (e errnoError) Is(target error) bool {
-	switch target {
-	case fs.ErrNotExist:
-		return e.errno == sys.ENOENT
-	case fs.ErrExist:
-		return e.errno == sys.EEXIST || e.errno == sys.ENOTEMPTY
-	case fs.ErrPermission:
-		return e.errno == sys.EPERM || e.errno == sys.EACCES || e.errno == sys.EROFS
-	case fs.ErrInvalid:
-		return e.errno == sys.EINVAL
-	}
-	return false
-}
-
-// Unwrap returns the errno.
-func (e errnoError) Unwrap() error { return e.errno }
-
-func pathErr(op, name string, errno sys.Errno) error {
-	return &fs.PathError{Op: op, Path: name, Err: errnoError{errno}}
-}
-
-// WriteFile writes data to the file name in the sandbox, creating it (but
-// not its directory) or truncating it. The guest's path rules and quotas
-// apply.
-func (s *Sandbox) WriteFile(name string, data []byte) error {
-	fsys, rel, err := s.lookup("write", name)
-	if err != nil {
-		return err
-	}
-	f, errno := fsys.OpenFile(rel, sys.O_WRONLY|sys.O_CREAT|sys.O_TRUNC, 0o644)
-	if errno != 0 {
-		return pathErr("write", name, errno)
-	}
-	for len(data) > 0 {
-		n, errno := f.Write(data)
-		if errno != 0 {
-			f.Close()
-			return pathErr("write", name, errno)
-		}
-		data = data[n:]
-	}
-	if errno := f.Close(); errno != 0 {
-		return pathErr("write", name, errno)
-	}
-	return nil
-}
-
-// ReadFile returns the content of the file name in the sandbox.
-func (s *Sandbox) ReadFile(name string) ([]byte, error) {
-	fsys, rel, err := s.lookup("read", name)
-	if err != nil {
-		return nil, err
-	}
-	f, errno := fsys.OpenFile(rel, sys.O_RDONLY, 0)
-	if errno != 0 {
-		return nil, pathErr("read", name, errno)
-	}
-	defer f.Close()
-	if dir, _ := f.IsDir(); dir {
-		return nil, pathErr("read", name, sys.EISDIR)
-	}
-	var out []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, errno := f.Read(buf)
-		if errno != 0 {
-			return nil, pathErr("read", name, errno)
-		}
-		if n == 0 {
-			return out, nil
-		}
-		out = append(out, buf[:n]...)
-	}
-}
-
-// FileInfo describes a file in a sandbox.
-type FileInfo struct {
-	name string
-	st   sysapi.Stat_t
-}
-
-var _ fs.FileInfo = FileInfo{}
-
-// Name is the file's base name.
-func (fi FileInfo) Name() string { return fi.name }
-
-// Size is the file's size in bytes.
-func (fi FileInfo) Size() int64 { return fi.st.Size }
-
-// Mode is the file's type and permission bits.
-func (fi FileInfo) Mode() fs.FileMode { return fi.st.Mode }
-
-// ModTime is the file's modification time.
-func (fi FileInfo) ModTime() time.Time { return time.Unix(0, fi.st.Mtim) }
-
-// IsDir reports whether the file is a directory.
-func (fi FileInfo) IsDir() bool { return fi.st.Mode.IsDir() }
-
-// Sys returns the underlying *sys.Stat_t of wazero.
-func (fi FileInfo) Sys() any { return &fi.st }
-
-// Stat describes the file name in the sandbox, following symbolic links.
-func (s *Sandbox) Stat(name string) (fs.FileInfo, error) {
-	fsys, rel, err := s.lookup("stat", name)
-	if err != nil {
-		return nil, err
-	}
-	st, errno := fsys.Stat(rel)
-	if errno != 0 {
-		return nil, pathErr("stat", name, errno)
-	}
-	return FileInfo{name: path.Base(path.Clean(name)), st: st}, nil
-}
-
-// ReadDir lists the directory name in the sandbox, sorted by name.
-func (s *Sandbox) ReadDir(name string) ([]fs.DirEntry, error) {
-	fsys, rel, err := s.lookup("readdir", name)
-	if err != nil {
-		return nil, err
-	}
-	f, errno := fsys.OpenFile(rel, sys.O_RDONLY|sys.O_DIRECTORY, 0)
-	if errno != 0 {
-		return nil, pathErr("readdir", name, errno)
-	}
-	defer f.Close()
-	dirents, errno := f.Readdir(-1)
-	if errno != 0 {
-		return nil, pathErr("readdir", name, errno)
-	}
-	out := make([]fs.DirEntry, 0, len(dirents))
-	for _, d := range dirents {
-		if d.Name == "." || d.Name == ".." {
-			continue
-		}
-		st, errno := fsys.Lstat(path.Join(rel, d.Name))
-		if errno != 0 {
-			return nil, pathErr("readdir", path.Join(name, d.Name), errno)
-		}
-		out = append(out, fs.FileInfoToDirEntry(FileInfo{name: d.Name, st: st}))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
-	return out, nil
-}
-
-// MkdirAll creates the directory name in the sandbox and any parents it lacks.
-func (s *Sandbox) MkdirAll(name string) error {
-	fsys, rel, err := s.lookup("mkdir", name)
-	if err != nil {
-		return err
-	}
-	if rel == "" {
-		return nil
-	}
-	parts := strings.Split(rel, "/")
-	for i := range parts {
-		p := strings.Join(parts[:i+1], "/")
-		errno := fsys.Mkdir(p, 0o755)
-		if errno == sys.EEXIST {
-			if st, errno := fsys.Stat(p); errno == 0 && st.Mode.IsDir() {
-				continue
-			}
-			return pathErr("mkdir", name, sys.ENOTDIR)
-		}
-		if errno != 0 {
-			return pathErr("mkdir", name, errno)
-		}
-	}
-	return nil
-}
-
-// Remove removes the file or empty directory name from the sandbox.
-func (s *Sandbox) Remove(name string) error {
-	fsys, rel, err := s.lookup("remove", name)
-	if err != nil {
-		return err
-	}
-	if rel == "" {
-		return pathErr("remove", name, sys.EPERM) // a mount root stays
-	}
-	errno := fsys.Unlink(rel)
-	if errno == sys.EISDIR || errno == sys.EPERM {
-		errno = fsys.Rmdir(rel)
-	}
-	if errno != 0 {
-		return pathErr("remove", name, errno)
-	}
-	return nil
-}
-
-// RemoveAll removes name and everything below it from the sandbox. A
-// missing name is not an error.
-func (s *Sandbox) RemoveAll(name string) error {
-	st, err := s.lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if st.Mode.IsDir() {
-		entries, err := s.ReadDir(name)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := s.RemoveAll(path.Join(name, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	return s.Remove(name)
-}
-
-func (s *Sandbox) lstat(name string) (sysapi.Stat_t, error) {
-	fsys, rel, err := s.lookup("lstat", name)
-	if err != nil {
-		return sysapi.Stat_t{}, err
-	}
-	st, errno := fsys.Lstat(rel)
-	if errno != 0 {
-		return st, pathErr("lstat", name, errno)
-	}
-	return st, nil
 }

@@ -9,18 +9,19 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 func newSandbox(t *testing.T, cfg *sandbox.Config) *sandbox.Sandbox {
 	t.Helper()
-	s, err := testenv.Python(t).NewSandbox(cfg)
+	s, err := sandboxtest.Python(t).NewSandbox(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -79,8 +80,8 @@ world
 
 func TestSandboxKeepsFilesBetweenRunsAndHostAPI(t *testing.T) {
 	s := newSandbox(t, nil)
-	require.NoError(t, s.MkdirAll("/work/in"))
-	require.NoError(t, s.WriteFile("/work/in/data.csv", []byte("a,b\n1,2\n3,4\n")))
+	require.NoError(t, s.Files().MkdirAll("/work/in"))
+	require.NoError(t, s.Files().WriteFile("/work/in/data.csv", []byte("a,b\n1,2\n3,4\n")))
 
 	out := runOK(t, s, `
 import csv
@@ -90,14 +91,14 @@ open("/work/out.txt", "w").write(str(total))
 print(len(rows))
 `)
 	assert.Equal(t, "2\n", out)
-	got, err := s.ReadFile("/work/out.txt")
+	got, err := s.Files().ReadFile("/work/out.txt")
 	require.NoError(t, err)
 	assert.Equal(t, "6", string(got))
 
 	// The next run sees the files of the last one.
 	assert.Equal(t, "6\n", runOK(t, s, `print(open("/work/out.txt").read())`))
 
-	entries, err := s.ReadDir("/work")
+	entries, err := s.Files().ReadDir("/work")
 	require.NoError(t, err)
 	var names []string
 	for _, e := range entries {
@@ -106,33 +107,35 @@ print(len(rows))
 	assert.Equal(t, []string{"in", "out.txt"}, names)
 	assert.True(t, entries[0].IsDir())
 
-	fi, err := s.Stat("/work/out.txt")
+	fi, err := s.Files().Stat("/work/out.txt")
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), fi.Size())
 
-	require.NoError(t, s.Remove("/work/out.txt"))
-	_, err = s.ReadFile("/work/out.txt")
+	require.NoError(t, s.Files().Remove("/work/out.txt"))
+	_, err = s.Files().ReadFile("/work/out.txt")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
-	require.NoError(t, s.RemoveAll("/work/in"))
-	_, err = s.Stat("/work/in")
+	require.NoError(t, s.Files().RemoveAll("/work/in"))
+	_, err = s.Files().Stat("/work/in")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 
-	// The host API follows the guest's path rules.
-	_, err = s.ReadFile("relative/path")
+	// The host API follows the guest's path rules. Writes take absolute
+	// guest paths only; reads take io/fs names too, which cannot climb.
+	assert.ErrorIs(t, s.Files().WriteFile("relative/path", nil), fs.ErrInvalid)
+	_, err = s.Files().ReadFile("work/../../etc/passwd")
 	assert.ErrorIs(t, err, fs.ErrInvalid)
-	_, err = s.ReadFile("/work/../../../etc/passwd")
+	_, err = s.Files().ReadFile("/work/../../../etc/passwd")
 	assert.ErrorIs(t, err, fs.ErrNotExist, "the host's /etc/passwd is not the sandbox's")
 
 	// A new sandbox starts empty.
 	other := newSandbox(t, nil)
-	_, err = other.ReadFile("/work/in/data.csv")
+	_, err = other.Files().ReadFile("/work/in/data.csv")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
 
 func TestVolumePersistsAcrossSandboxes(t *testing.T) {
 	dir := t.TempDir()
 	vol := func() *sandbox.Config {
-		return &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
+		return &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
 	}
 	s1 := newSandbox(t, vol())
 	runOK(t, s1, `
@@ -167,7 +170,7 @@ for attempt in (lambda: open("/ref/ref.txt", "w"), lambda: open("/ref/new.txt", 
         print(errno.errorcode[e.errno])
 `)
 	assert.Equal(t, "reference\nEROFS\nEROFS\nEROFS\nEROFS\nEROFS\n", out)
-	err := s.WriteFile("/ref/host.txt", []byte("x"))
+	err := s.Files().WriteFile("/ref/host.txt", []byte("x"))
 	assert.ErrorIs(t, err, fs.ErrPermission, "the host API respects read-only too")
 	b, err := afero.ReadFile(src, "/ref.txt")
 	require.NoError(t, err)
@@ -233,7 +236,7 @@ for root, dirs, files in os.walk("/"):
 }
 
 func TestQuotaIsOSError(t *testing.T) {
-	s := newSandbox(t, &sandbox.Config{RootQuota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
+	s := newSandbox(t, &sandbox.Config{RootQuota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
 	out := runOK(t, s, `
 import errno, os
 try:
@@ -252,7 +255,7 @@ except OSError as e:
 `)
 	assert.Equal(t, "bytes ENOSPC\nTrue\nfiles ENOSPC 48\n", out)
 	// The host is unaffected and the sandbox still works once space is freed.
-	require.NoError(t, s.RemoveAll("/work"))
+	require.NoError(t, s.Files().RemoveAll("/work"))
 	assert.Equal(t, "ok\n", runOK(t, s, `import os; os.makedirs("/work"); open("/work/x", "w").write("1"); print("ok")`))
 }
 
@@ -265,7 +268,7 @@ func TestSandboxesAreIsolated(t *testing.T) {
 }
 
 func TestSandboxConfigErrors(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	for name, cfg := range map[string]*sandbox.Config{
 		"relative path": {Mounts: []sandbox.Mount{{Path: "data", FS: afero.NewMemMapFs()}}},
 		"unclean path":  {Mounts: []sandbox.Mount{{Path: "/data/../x", FS: afero.NewMemMapFs()}}},
@@ -283,7 +286,7 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	vol, err := sandbox.Volume(dir)
 	require.NoError(t, err)
-	s, err := testenv.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
+	s, err := sandboxtest.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), "open('/data/kept', 'w').write('yes')", nil)
@@ -297,7 +300,7 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 }
 
 func TestOpenFilesAreBounded(t *testing.T) {
-	s, err := testenv.Python(t).NewSandbox(nil)
+	s, err := sandboxtest.Python(t).NewSandbox(nil)
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), `
@@ -364,11 +367,11 @@ print(n)
 		default:
 		}
 		tries++
-		if b, err := victim.ReadFile("/v/x/secret.txt"); err == nil && string(b) == secret {
+		if b, err := victim.Files().ReadFile("/v/x/secret.txt"); err == nil && string(b) == secret {
 			escapes++
 		}
-		_ = victim.WriteFile("/v/x/new.txt", []byte("planted"))
-		_ = victim.Remove("/v/x/new.txt")
+		_ = victim.Files().WriteFile("/v/x/new.txt", []byte("planted"))
+		_ = victim.Files().Remove("/v/x/new.txt")
 		if _, err := os.Lstat(filepath.Join(outside, "new.txt")); err == nil {
 			escapes++
 		}
@@ -406,7 +409,7 @@ for it in held:
 print(len(os.listdir('/tmp/d')))
 `, nil)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
-	perListing := 9000 * (wasi.ListingEntryBytes + len("f00000"))
+	perListing := 9000 * (wasifs.ListingEntryBytes + len("f00000"))
 	fit := sandbox.DefaultMaxListingBytes / perListing
 	// (os.scandir reads the directory as it opens it, so the iterator whose
 	// listing fails is never held.)

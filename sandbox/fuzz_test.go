@@ -33,7 +33,7 @@ func FuzzCompile(f *testing.F) {
 			}
 			return
 		}
-		defer g.Close(ctx)
+		defer g.Close()
 		_, err = g.Exec(ctx, &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{Fuel: 10_000_000, Timeout: 2 * time.Second, MaxOutput: 1024, Memory: 4 << 20}})
 		var exit *sandbox.ExitError
 		var trap *sandbox.TrapError

@@ -7,7 +7,7 @@
 //
 //	py, err := sandbox.CompilePython(ctx, nil)
 //	if err != nil { ... }
-//	defer py.Close(ctx)
+//	defer py.Close()
 //	res, err := py.Run(ctx, "print(6 * 7)", nil)
 //	fmt.Printf("%s", res.Stdout) // 42
 //
@@ -29,17 +29,21 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/guests/python"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
 // ErrGuestNotInstalled reports that the Python guest is not in the cache.
 // Its message names the command that installs it.
-var ErrGuestNotInstalled = python.ErrGuestNotInstalled
+var ErrGuestNotInstalled = npm.ErrGuestNotInstalled
+
+// ErrGuestNotBuilt reports that GuestBuilt was asked for and the built guest
+// is not in the cache. Its message names the command that builds it.
+var ErrGuestNotBuilt = cpython.ErrNotBuilt
 
 // ErrInvalidModule reports bytes that are not a WebAssembly module wazero
 // can compile, or a module that imports something a sandbox does not offer.
@@ -55,14 +59,14 @@ var ErrClosed = errors.New("sandbox: closed")
 // defaults.
 type Options struct {
 	// CacheDir holds installed guests and wazero's compilation cache. If
-	// empty, python.CacheDir("") decides ($FUMEHOOD_CACHE_DIR or the
+	// empty, npm.CacheDir("") decides ($FUMEHOOD_CACHE_DIR or the
 	// user's cache directory).
 	CacheDir string
 	// Install makes CompilePython install the Python guest when it is not
 	// in the cache, instead of returning ErrGuestNotInstalled.
 	Install bool
 	// Progress is told how an installation proceeds.
-	Progress func(python.Progress)
+	Progress func(Progress)
 	// Sessions makes CompilePython compile the session build, which
 	// Guest.NewSession needs: CPython prepared so that it can pause between
 	// runs (asyncify, by Binaryen's wasm-opt; `fumehood guest install
@@ -104,11 +108,11 @@ type Guest struct {
 // The Python guests CompilePython can load (Options.Guest, Guest.Python).
 const (
 	// GuestBuilt is the project's own CPython 3.13 guest, built by
-	// `fumehood guest build` (package guests/cpython), with its standard
+	// `fumehood guest build` (package internal/guests/cpython), with its standard
 	// library mounted read-only at /usr.
 	GuestBuilt = "built"
 	// GuestNPM is the CPython 3.12 guest of an npm package, installed by
-	// `fumehood guest install` (package guests/python): the fallback that
+	// `fumehood guest install` (package internal/guests/npm): the fallback that
 	// needs no toolchain.
 	GuestNPM = "npm"
 )
@@ -171,7 +175,7 @@ func ChooseGuest(opts *Options) (string, error) {
 // (GuestNPM); Guest.Python says which. If the npm guest is not installed it
 // returns an error matching ErrGuestNotInstalled, unless opts.Install is
 // set; the built guest, when asked for and not built, an error matching
-// cpython.ErrNotBuilt.
+// ErrGuestNotBuilt.
 func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -184,14 +188,14 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		wasm    []byte
 		info    PythonInfo
 		stdlib  afero.Fs
-		version = python.Version
+		version = npm.Version
 		// done releases wasm when it is a mapping of the cache (a one-shot
 		// build loaded without installing: what the CLI's run does).
 		done   func() error
 		mapped = !opts.Sessions && !opts.Install
 	)
 	if kind == GuestBuilt {
-		copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.Progress}
+		copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
 		var built cpython.Info
 		if opts.Sessions {
 			load := cpython.LoadSession
@@ -219,20 +223,20 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		}
 		version = built.Python
 	} else {
-		popts := &python.Options{CacheDir: opts.CacheDir, Progress: opts.Progress}
-		load := python.Load
+		popts := &npm.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
+		load := npm.Load
 		if opts.Install {
-			load = python.Ensure
+			load = npm.Ensure
 		}
 		if opts.Sessions {
-			load = python.LoadSession
+			load = npm.LoadSession
 			if opts.Install {
-				load = python.EnsureSession
+				load = npm.EnsureSession
 			}
 		}
-		var build python.Build
+		var build npm.Build
 		if mapped {
-			wasm, build, done, err = python.Open(ctx, popts)
+			wasm, build, done, err = npm.Open(ctx, popts)
 		} else {
 			wasm, build, err = load(ctx, popts)
 		}
@@ -244,11 +248,11 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	info.Guest, info.Version, info.Sessions = kind, version, opts.Sessions
 	var pre *prefetch
 	if opts.Sessions {
-		if dir, err := python.CacheDir(opts.CacheDir); err == nil {
+		if dir, err := npm.CacheDir(opts.CacheDir); err == nil {
 			pre = startPrefetch(baseFileName(dir, info.SHA256, defaultLayout))
 		}
 	}
-	// The prepared guest is fuel-instrumented by the pipeline (python.Steps).
+	// The prepared guest is fuel-instrumented by the pipeline (npm.Steps).
 	g, err := compileMapped(ctx, wasm, opts, done)
 	if err != nil {
 		return nil, err
@@ -259,7 +263,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	g.stdlib = stdlib
 	if opts.Sessions {
 		if err := g.sessionGlobals(wasm); err != nil {
-			g.Close(ctx)
+			g.Close()
 			return nil, err
 		}
 		g.sessions = true
@@ -303,7 +307,7 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 }
 
 // compileMapped compiles wasm as compile does. If done is set, wasm is a
-// mapping of the cache (python.Open, cpython.Open): a fault reading it (its
+// mapping of the cache (npm.Open, cpython.Open): a fault reading it (its
 // file truncated meanwhile) is an error (pipeline.SafeCopy), and
 // done, called once wazero has read it (wazero v1.12 copies what it keeps
 // of a module while decoding it), unmaps it and reports a file that changed
@@ -322,7 +326,7 @@ func compileMapped(ctx context.Context, wasm []byte, opts *Options, done func() 
 	}
 	if derr := done(); derr != nil {
 		if g != nil {
-			g.Close(ctx)
+			g.Close()
 		}
 		return nil, fmt.Errorf("sandbox: the cached guest: %w", derr)
 	}
@@ -340,7 +344,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
-	dir, err := python.CacheDir(opts.CacheDir)
+	dir, err := npm.CacheDir(opts.CacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -442,8 +446,10 @@ func (g *Guest) ID() string { return g.id }
 // IsPython reports whether g is the Python guest.
 func (g *Guest) IsPython() bool { return g.python }
 
-// Close releases the compiled code. Runs in progress are stopped.
-func (g *Guest) Close(ctx context.Context) error {
+// Close releases the compiled code. Runs in progress are stopped. It is
+// safe to call more than once; later calls return the first call's error.
+func (g *Guest) Close() error {
+	ctx := context.Background()
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
 		g.closeErr = g.rt.Close(ctx)
@@ -455,3 +461,24 @@ func (g *Guest) Close(ctx context.Context) error {
 }
 
 func (g *Guest) isClosed() bool { return g.closed.Load() }
+
+// Progress reports how the installation or preparation of a guest
+// proceeds, to Options.Progress.
+type Progress struct {
+	// Stage is "download", "verify", "extract" (installing the npm
+	// guest), "fetch", "build" (building our own) or "prepare".
+	Stage string
+	// Step names the preparation step during the "prepare" stage.
+	Step string
+	// Done and Total count bytes during "download" (Total is -1 if
+	// unknown), and steps during "prepare".
+	Done, Total int64
+}
+
+// progress adapts Options.Progress to the providers' callback.
+func (o *Options) progress() func(npm.Progress) {
+	if o.Progress == nil {
+		return nil
+	}
+	return func(p npm.Progress) { o.Progress(Progress(p)) }
+}

@@ -19,7 +19,7 @@ func goGuest(t *testing.T) *sandbox.Guest {
 	t.Helper()
 	g, err := sandbox.Compile(context.Background(), testenv.BuildGo(t, "guests/testguest"), nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { g.Close(context.Background()) })
+	t.Cleanup(func() { g.Close() })
 	return g
 }
 
@@ -105,8 +105,8 @@ func TestCompilePythonNotInstalled(t *testing.T) {
 func TestClosedGuest(t *testing.T) {
 	g, err := sandbox.Compile(context.Background(), testenv.BuildGo(t, "guests/testguest"), nil)
 	require.NoError(t, err)
-	require.NoError(t, g.Close(context.Background()))
-	require.NoError(t, g.Close(context.Background()), "closing twice is harmless")
+	require.NoError(t, g.Close())
+	require.NoError(t, g.Close(), "closing twice is harmless")
 	_, err = g.Exec(context.Background(), nil, "args", "x")
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, sandbox.ErrClosed), "got %v", err)

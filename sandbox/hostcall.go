@@ -3,9 +3,9 @@ package sandbox
 import (
 	"path"
 
-	"github.com/tetratelabs/wazero/experimental/sysfs"
+	"github.com/fumehood/fumehood/internal/hostchan"
 
-	"github.com/fumehood/fumehood/wasi/hostcall"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
 )
 
 // HostMountPath is where a sandbox with host functions or a network policy
@@ -23,16 +23,16 @@ func (s *Sandbox) mountHost(c *Config, fscfg sysfs.FSConfig) (sysfs.FSConfig, er
 	if c.HostCalls == nil && c.Network == nil {
 		return fscfg, nil
 	}
-	srv, err := hostcall.NewServer(c.HostCalls, c.Network, c.Logger)
+	srv, err := hostchan.NewServer(c.HostCalls, c.Network, c.Logger)
 	if err != nil {
 		return nil, err
 	}
-	srv.ReportErrno(s.errno.report) // EMFILE past hostcall.MaxOpen
+	srv.ReportErrno(s.errno.report) // EMFILE past hostchan.MaxOpen
 	s.host, s.hostFS = srv, srv.FS()
-	pp := path.Join(HostMountPath, hostcall.PythonPath)
+	pp := path.Join(HostMountPath, hostchan.PythonPath)
 	if srv.HasNetwork() {
 		// sitecustomize routes urllib and http.client through the policy.
-		pp += ":" + path.Join(HostMountPath, hostcall.PythonSitePath)
+		pp += ":" + path.Join(HostMountPath, hostchan.PythonSitePath)
 	}
 	if old := c.Env["PYTHONPATH"]; old != "" {
 		pp += ":" + old

@@ -13,12 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/hostcall"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 // These benchmarks give the host-call and network numbers of bench/README.md:
@@ -55,7 +56,7 @@ def timed(n, f):
 // returns its argument, from Python: encoding, the channel, the Go handler,
 // decoding.
 func BenchmarkHostCallRoundTrip(b *testing.B) {
-	sb, err := testenv.Python(b).NewSandbox(&sandbox.Config{Logger: quiet, HostCalls: &hostcall.Config{
+	sb, err := sandboxtest.Python(b).NewSandbox(&sandbox.Config{Logger: quiet, HostCalls: &hostcall.Config{
 		Funcs: map[string]hostcall.Handler{
 			"echo": hostcall.Func(func(ctx context.Context, a struct{ X int }) (int, error) { return a.X, nil }),
 		},
@@ -113,7 +114,7 @@ func BenchmarkGETPolicy(b *testing.B) {
 func BenchmarkGETFromPython(b *testing.B) {
 	srv, p := newLoopback(b)
 	p.MaxRequests = 10_000
-	sb, err := testenv.Python(b).NewSandbox(&sandbox.Config{Network: p, Logger: quiet})
+	sb, err := sandboxtest.Python(b).NewSandbox(&sandbox.Config{Network: p, Logger: quiet})
 	require.NoError(b, err)
 	defer sb.Close()
 	b.Run("fumehood.http", func(b *testing.B) {
@@ -136,7 +137,7 @@ timed(200, lambda: urllib.request.urlopen(%[1]q).read())
 // channel and module mounted, against one without, alternating: the
 // start-up cost of the channel for runs that do not use it.
 func BenchmarkRunPrintHost(b *testing.B) {
-	py := testenv.Python(b)
+	py := sandboxtest.Python(b)
 	plain, err := py.NewSandbox(nil)
 	require.NoError(b, err)
 	defer plain.Close()

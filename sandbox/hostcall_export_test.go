@@ -1,6 +1,6 @@
 package sandbox
 
-import "github.com/fumehood/fumehood/wasi/hostcall"
+import "github.com/fumehood/fumehood/internal/hostchan"
 
 // HostUsage reports what the sandbox's host-call server holds (tests only).
-func HostUsage(s *Sandbox) hostcall.Usage { return s.host.Usage() }
+func HostUsage(s *Sandbox) hostchan.Usage { return s.host.Usage() }

@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/hostchan"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 )
 
 // TestHostCallChannelFloodStaysBounded is the attack that once grew the host
@@ -91,9 +93,9 @@ except fumehood.CallError as e:
 	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
 	require.Len(t, lines, 4, "stdout: %s", res.Stdout)
 	assert.Equal(t, "flood 1 299", lines[0], "one request in, the rest wait for the answer")
-	// hostcall.MaxOpen handles in all, the mount's preopen and fd included.
-	assert.Equal(t, fmt.Sprintf("open EMFILE %d", hostcall.MaxOpen-2), lines[1])
-	assert.Equal(t, fmt.Sprintf("partial %d", 299+hostcall.MaxOpen-2), lines[2],
+	// hostchan.MaxOpen handles in all, the mount's preopen and fd included.
+	assert.Equal(t, fmt.Sprintf("open EMFILE %d", hostchan.MaxOpen-2), lines[1])
+	assert.Equal(t, fmt.Sprintf("partial %d", 299+hostchan.MaxOpen-2), lines[2],
 		"no other channel starts a frame while the answer is unread")
 	assert.Regexp(t, `^unknown unknown \d+$`, lines[3])
 

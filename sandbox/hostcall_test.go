@@ -18,13 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/hostcall"
-	"github.com/fumehood/fumehood/wasi/netpolicy"
 )
 
 type addArgs struct {
@@ -157,11 +158,11 @@ while True:
 }
 
 func TestHostModuleOnlyWhenConfigured(t *testing.T) {
-	res, err := testenv.Python(t).Run(context.Background(), "import fumehood", nil)
+	res, err := sandboxtest.Python(t).Run(context.Background(), "import fumehood", nil)
 	require.Error(t, err)
 	assert.Contains(t, string(res.Stderr), "ModuleNotFoundError: No module named 'fumehood'")
 
-	_, err = testenv.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: sandbox.HostMountPath, FS: nil}}})
+	_, err = sandboxtest.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: sandbox.HostMountPath, FS: nil}}})
 	assert.Error(t, err)
 }
 
@@ -378,7 +379,7 @@ func TestSessionHostCallsAndNetwork(t *testing.T) {
 	assert.Equal(t, "7", run(t, f, "fumehood.call('add', A=3, B=4)").Value)
 
 	// Without host functions, the layout differs.
-	_, err = testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
+	_, err = sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
 	assert.ErrorIs(t, err, sandbox.ErrSnapshotLayout)
 }
 

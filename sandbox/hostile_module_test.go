@@ -46,7 +46,7 @@ func compileHostile(t *testing.T, h hostileModule, opts *sandbox.Options) (*sand
 	t.Helper()
 	g, err := sandbox.Compile(context.Background(), h.wasm(), opts)
 	if err == nil {
-		t.Cleanup(func() { g.Close(context.Background()) })
+		t.Cleanup(func() { g.Close() })
 	}
 	return g, err
 }
@@ -180,7 +180,7 @@ func TestHostilePollOneoff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g, err := sandbox.Compile(context.Background(), pollModule(c.in, c.out, c.n, c.result, c.want), nil)
 			require.NoError(t, err)
-			defer g.Close(context.Background())
+			defer g.Close()
 			_, err = g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 5 * time.Second}})
 			require.NoError(t, err, "poll_oneoff returned another errno than %d", c.want)
 		})

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -50,12 +51,14 @@ func wantLines(want ...string) func(*testing.T, *sandbox.Result, error) {
 	}
 }
 
-// wantPythonError checks a run that ended with an uncaught exception.
+// wantPythonError checks a run that ended with an uncaught exception,
+// which the text exception (its type, and maybe its message) shows.
 func wantPythonError(exception string) func(*testing.T, *sandbox.Result, error) {
 	return func(t *testing.T, res *sandbox.Result, err error) {
-		var exit *sandbox.ExitError
-		require.ErrorAs(t, err, &exit)
-		assert.Equal(t, 1, exit.Code)
+		var exc *sandbox.Exception
+		require.ErrorAs(t, err, &exc)
+		assert.Equal(t, 1, res.ExitCode)
+		assert.Contains(t, exc.Type+": "+exc.Message, exception)
 		assert.Contains(t, string(res.Stderr), exception)
 	}
 }
@@ -273,7 +276,7 @@ print(open("/work/canary").read())`, nil)
 // end in the expected, specific outcome while a canary sandbox runs on the
 // same Guest alongside it, and neither the canary nor the host may notice.
 func TestHostilePython(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	outside := t.TempDir()
 	secret := "HOST-SECRET-" + filepath.Base(outside)
 	secretFile := filepath.Join(outside, "secret.txt")

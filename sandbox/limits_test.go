@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -25,7 +26,7 @@ func healthy(t *testing.T, py *sandbox.Guest) {
 }
 
 func TestFuelStopsInfiniteLoop(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 1_000_000_000}})
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 	assert.Equal(t, -1, res.ExitCode)
@@ -34,7 +35,7 @@ func TestFuelStopsInfiniteLoop(t *testing.T) {
 }
 
 func TestFuelUsedIsReported(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	small, err := py.Run(context.Background(), "pass", nil)
 	require.NoError(t, err)
 	big, err := py.Run(context.Background(), "sum(range(10**6))", nil)
@@ -44,7 +45,7 @@ func TestFuelUsedIsReported(t *testing.T) {
 }
 
 func TestRefillLetsComputationFinish(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	var calls int
 	var lastUsed int64
 	res, err := py.Run(context.Background(), "print(sum(i*i for i in range(300000)))", &sandbox.RunOptions{
@@ -72,7 +73,7 @@ func TestRefillLetsComputationFinish(t *testing.T) {
 }
 
 func TestDeepRecursionEndsCleanly(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), `
 import sys
 sys.setrecursionlimit(10**6)
@@ -91,18 +92,22 @@ f(0)
 }
 
 func TestMemoryLimit(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "x = bytearray(2**30)", nil)
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
-	var exit *sandbox.ExitError
-	require.ErrorAs(t, err, &exit, "the guest itself failed, with a MemoryError")
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc, "the guest itself failed, with a MemoryError")
+	assert.Equal(t, "MemoryError", exc.Type)
+	assert.Equal(t, sandbox.StopMemory, res.Stop)
+	assert.Equal(t, 1, res.ExitCode)
 	assert.Contains(t, string(res.Stderr), "MemoryError")
 	assert.True(t, res.MemoryLimitHit)
 	assert.LessOrEqual(t, res.PeakMemory, int64(sandbox.DefaultMemoryLimit))
 
 	// 2**31 is past what a 32-bit guest can index: a clean Python error.
 	_, err = py.Run(context.Background(), "x = bytearray(2**31)", nil)
-	require.ErrorAs(t, err, &exit)
+	require.ErrorAs(t, err, &exc)
+	assert.NotErrorIs(t, err, sandbox.ErrMemoryLimit)
 
 	// Growing a list until memory runs out.
 	res, err = py.Run(context.Background(), "l = []\nwhile True: l.append('x' * 100000)", &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}})
@@ -134,7 +139,7 @@ print(len(bytearray(2**20)))
 }
 
 func TestOutputLimit(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "for i in range(100000): print(i)", &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 1000}})
 	require.NoError(t, err, "by default output past the bound is dropped")
 	assert.Len(t, res.Stdout, 1000)
@@ -173,7 +178,7 @@ func runDeterministic(t *testing.T, py *sandbox.Guest, code string, seed uint64)
 }
 
 func TestDeterministicRuns(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	var outs []string
 	var fuels []int64
 	for range 3 {
@@ -200,7 +205,7 @@ func TestDeterministicRuns(t *testing.T) {
 }
 
 func TestSleep(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	base, err := py.Run(context.Background(), "import time", nil)
 	require.NoError(t, err)
 	res, err := py.Run(context.Background(), "import time\nt = time.monotonic()\ntime.sleep(0.3)\nprint(time.monotonic() - t >= 0.3)", nil)
@@ -228,7 +233,7 @@ func TestSleep(t *testing.T) {
 }
 
 func TestDeadlineWhileBlockedOnStdin(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	res, err := py.Run(context.Background(), "import sys\nprint('waiting')\nsys.stdin.read()", &sandbox.RunOptions{Stdin: pr, Limits: sandbox.Limits{Timeout: 2 * time.Second}})
@@ -238,7 +243,7 @@ func TestDeadlineWhileBlockedOnStdin(t *testing.T) {
 }
 
 func TestNoGoroutineGrowth(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	g := goGuest(t)
 	ctx := context.Background()
 	// Warm up, then count.
@@ -302,7 +307,7 @@ func TestParseSize(t *testing.T) {
 // once did, through the device numbers file systems got from a process-wide
 // counter (CPython allocates ints past 256, which costs fuel).
 func TestDeterministicWhateverCameBefore(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	before, err := runDeterministic(t, py, deterministicProgram, 7)
 	require.NoError(t, err)
 	for range 300 {

@@ -6,19 +6,20 @@ import (
 	"io"
 	"path"
 
+	"github.com/fumehood/fumehood/internal/hostchan"
+
 	"github.com/tetratelabs/wazero/experimental/sys"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
-	"github.com/fumehood/fumehood/wasi"
-	"github.com/fumehood/fumehood/wasi/hostcall"
+	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
 // OpenFileError reports a descriptor the guest holds open that a snapshot,
 // fork or hibernation cannot carry, or that a resume or fork cannot open
 // again: a file deleted or replaced while open, one that is now missing, or
 // something that is not a file of the session's mounts. It matches
-// ErrOpenFiles, and Err (wasi.ErrUnlinked, sys.ENOENT, ...) when set. The
-// session it came from stays usable.
+// ErrOpenFiles, and Err (sys.ENOENT, ...) when set; Err's text names a
+// file deleted while open. The session it came from stays usable.
 type OpenFileError struct {
 	// FD is the guest's descriptor number.
 	FD int32
@@ -116,11 +117,11 @@ func (s *Session) describe(e fdEntry) (snapshot.Descriptor, *OpenFileError) {
 		return fail(e.name, "not a file of the session's mounts (a special file)", nil)
 	}
 	d := snapshot.Descriptor{FD: e.fd, Mount: mount}
-	if wfs, ok := e.fs.(*wasi.FS); ok {
+	if wfs, ok := e.fs.(*wasifs.FS); ok {
 		h, err := wfs.Describe(e.file)
 		if err != nil {
 			p := ""
-			if errors.Is(err, wasi.ErrUnlinked) {
+			if errors.Is(err, wasifs.ErrUnlinked) {
 				p = s.guestPath(mount, h.Path)
 			}
 			return fail(p, "cannot be opened again", err)
@@ -132,7 +133,7 @@ func (s *Session) describe(e fdEntry) (snapshot.Descriptor, *OpenFileError) {
 		// The host-call mount: the channel (a connection with nothing in
 		// flight between runs) or one of the module's read-only files.
 		d.Path, d.Read = rel, true
-		d.Write = rel == hostcall.ChannelFile
+		d.Write = rel == hostchan.ChannelFile
 		d.Dir, _ = e.file.IsDir()
 		if !d.Dir && !d.Write {
 			if off, errno := e.file.Seek(0, io.SeekCurrent); errno == 0 {
@@ -167,7 +168,7 @@ func (s *Session) carriedFiles() ([]snapshot.Descriptor, error) {
 	} else {
 		fds = s.fds
 		for _, d := range fds {
-			wfs, ok := s.mountFS(d.Mount).(*wasi.FS)
+			wfs, ok := s.mountFS(d.Mount).(*wasifs.FS)
 			if !ok {
 				continue // the host-call mount's, which do not go away
 			}
@@ -225,7 +226,7 @@ func (s *Session) reopen(t *fdTable, d snapshot.Descriptor) (sys.Errno, error) {
 	if fsys == nil || d.FD < 3 || d.FD >= snapshot.MaxFD {
 		return sys.EBADF, nil
 	}
-	h := wasi.Handle{Path: d.Path, Dir: d.Dir, Read: d.Read, Write: d.Write, Append: d.Append, Nonblock: d.Nonblock, Sync: d.Sync}
+	h := wasifs.Handle{Path: d.Path, Dir: d.Dir, Read: d.Read, Write: d.Write, Append: d.Append, Nonblock: d.Nonblock, Sync: d.Sync}
 	errno, err := t.openAt(d.FD, fsys, d.Path, h.Flags())
 	if err != nil || errno != 0 {
 		return errno, err

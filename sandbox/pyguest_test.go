@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -48,7 +50,7 @@ func TestChooseGuest(t *testing.T) {
 func TestCompileBuiltNotBuilt(t *testing.T) {
 	for _, sessions := range []bool{false, true} {
 		_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: t.TempDir(), Guest: sandbox.GuestBuilt, Sessions: sessions})
-		require.ErrorIs(t, err, cpython.ErrNotBuilt)
+		require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
 		assert.Contains(t, err.Error(), cpython.BuildCommand)
 	}
 }
@@ -56,12 +58,12 @@ func TestCompileBuiltNotBuilt(t *testing.T) {
 // TestPythonInfo checks that the compiled guest says which one it is, and
 // that it is the one that runs.
 func TestPythonInfo(t *testing.T) {
-	g := testenv.Python(t)
+	g := sandboxtest.Python(t)
 	info := g.Python()
-	assert.Equal(t, testenv.Guest(t), info.Guest)
+	assert.Equal(t, sandboxtest.Guest(t), info.Guest)
 	assert.Equal(t, g.ID(), info.SHA256)
 	assert.False(t, info.Sessions)
-	want := python.Version
+	want := npm.Version
 	if info.Guest == sandbox.GuestBuilt {
 		want = cpython.PythonVersion
 	}
@@ -72,7 +74,7 @@ func TestPythonInfo(t *testing.T) {
 
 	go1, err := sandbox.Compile(context.Background(), testenv.BuildGo(t, "guests/testguest"), nil)
 	require.NoError(t, err)
-	defer go1.Close(context.Background())
+	defer go1.Close()
 	assert.Equal(t, sandbox.PythonInfo{}, go1.Python())
 }
 
@@ -81,8 +83,8 @@ func TestPythonInfo(t *testing.T) {
 // mounts (the host's file methods and the mount quotas do not see it), and
 // reserved.
 func TestBuiltStdlibMount(t *testing.T) {
-	testenv.RequireGuest(t, sandbox.GuestBuilt)
-	g := testenv.Python(t)
+	sandboxtest.RequireGuest(t, sandbox.GuestBuilt)
+	g := sandboxtest.Python(t)
 	ctx := context.Background()
 	for _, p := range []string{"/usr", "/usr/local"} {
 		_, err := g.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: p, FS: afero.NewMemMapFs()}}})
@@ -109,7 +111,7 @@ print(sorted(os.listdir("/")))
 `, nil)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	assert.Equal(t, "EROFS\nEROFS\nEROFS\n['tmp', 'work']\n", string(res.Stdout))
-	_, err = sb.ReadFile("/usr/lib/python313.zip")
+	_, err = sb.Files().ReadFile("/usr/lib/python313.zip")
 	require.ErrorIs(t, err, fs.ErrNotExist, "the host's file methods see only the sandbox's mounts")
 	// The standard library still works after a guest tried to change it.
 	res, err = g.Run(ctx, "import json; print(json.dumps([1]))", nil)
@@ -120,7 +122,7 @@ print(sorted(os.listdir("/")))
 // TestSnapshotOtherGuestRefused takes a session snapshot on one Python
 // guest and resumes it on the other: ErrSnapshotGuest.
 func TestSnapshotOtherGuestRefused(t *testing.T) {
-	testenv.PythonSessions(t) // skips without wasm-opt
+	sandboxtest.PythonSessions(t) // skips without wasm-opt
 	ctx := context.Background()
 	guests := map[string]*sandbox.Guest{}
 	for _, kind := range []string{sandbox.GuestBuilt, sandbox.GuestNPM} {
@@ -128,7 +130,7 @@ func TestSnapshotOtherGuestRefused(t *testing.T) {
 		if err != nil {
 			t.Skipf("the session build of the %s guest is not ready: %v", kind, err)
 		}
-		defer g.Close(ctx)
+		defer g.Close()
 		assert.Equal(t, kind, g.Python().Guest)
 		assert.True(t, g.Python().Sessions)
 		guests[kind] = g

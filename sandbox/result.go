@@ -46,7 +46,10 @@ type Result struct {
 	Value          string
 	HasValue       bool
 	ValueTruncated bool
-	// Exception is the Python exception the code raised, if any.
+	// Exception is the Python exception the code raised, if any, in any
+	// Python run (Guest.Run and Sandbox.Run too): the error the run
+	// returns. It is what the guest reported; the host caps each of its
+	// texts at MaxOutput bytes and never decides Stop from it.
 	Exception *Exception
 	// HostCalls counts the run's calls of host functions, refused ones
 	// included; HTTPRequests counts the HTTP requests it sent, each
@@ -114,13 +117,16 @@ func (e *TrapError) Error() string { return "sandbox: guest trapped: " + e.Err.E
 // Unwrap returns the runtime's error.
 func (e *TrapError) Unwrap() error { return e.Err }
 
-// Exception is a Python exception that ended a session run. The session
-// goes on; the exception's traceback was also written to the run's stderr.
-// The host cuts each of Type, Message and Traceback to at most the run's
-// MaxOutput bytes, as it cuts Result.Value.
+// Exception is a Python exception that ended a run's code. Every Python
+// run reports it the same way: Guest.Run, Sandbox.Run and Session.Run
+// return it (errors.As) and put it in Result.Exception; Result.ExitCode is
+// 1 and the traceback is on Result.Stderr too, as python prints it. A
+// session goes on after it. It is what the guest reported: the host cuts
+// each of Type, Message and Traceback to at most the run's MaxOutput
+// bytes, as it cuts Result.Value, and never decides Result.Stop from it.
 type Exception struct {
 	// Type is the exception's class, qualified by its module unless it is
-	// a builtin or defined by the session's code: "ZeroDivisionError",
+	// a builtin or defined by the run's code: "ZeroDivisionError",
 	// "json.decoder.JSONDecodeError".
 	Type string `json:"type"`
 	// Message is str() of the exception.

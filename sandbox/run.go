@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/hostchan"
+
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -17,7 +19,6 @@ import (
 
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 )
 
 // The reasons a run ends. Each limit's reason goes with the error the run
@@ -64,9 +65,10 @@ const (
 // limit, even before it started (a context already done, a memory limit
 // below what the guest needs), has a Result whose Stop says which.
 //
-// A Python exception is not a Go error of its own: the traceback is on
-// Result.Stderr and the error is an *ExitError with Code 1 (sessions report
-// it as an *Exception, see Session.Run). A run stopped
+// A Python exception the code does not catch is an *Exception, as in
+// sessions: the error (errors.As) and Result.Exception, with
+// Result.ExitCode 1 and the traceback on Result.Stderr too, as python
+// prints it. SystemExit(n) is an *ExitError with Code n. A run stopped
 // by a limit returns an error matching ErrFuelExhausted, ErrMemoryLimit,
 // ErrOutputLimit, context.DeadlineExceeded or context.Canceled.
 func (g *Guest) Run(ctx context.Context, code string, opts *RunOptions) (*Result, error) {
@@ -112,7 +114,7 @@ type run struct {
 	state  *runState
 
 	stdout, stderr *capture
-	endHost        func() hostcall.Stats // nil without a host-call server
+	endHost        func() hostchan.Stats // nil without a host-call server
 	cancel         context.CancelFunc    // the run's deadline
 	started        time.Time             // when the guest was entered, if it was
 }
@@ -208,6 +210,11 @@ func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
 		if out.Exception != nil {
 			res.Exception = out.Exception
 			res.ExitCode, err = 1, out.Exception
+			if mem.hit {
+				// As for a one-shot run (classify): code that failed
+				// after an allocation was refused failed for the limit.
+				res.Stop, err = StopMemory, fmt.Errorf("%w: %w", ErrMemoryLimit, out.Exception)
+			}
 		} else if out.ExitCode != 0 {
 			res.ExitCode, err = out.ExitCode, &ExitError{Code: out.ExitCode}
 		}

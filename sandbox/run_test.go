@@ -9,15 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
 func TestPythonPrintAndStdlib(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), `
 import json, re, decimal, datetime, hashlib, sqlite3
 print("hello from", "python")
@@ -47,19 +48,26 @@ print(db.execute("select sum(x) from t").fetchone()[0])
 }
 
 func TestPythonExceptionExitsOne(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "print('before')\n{}['missing']", nil)
-	var exit *sandbox.ExitError
-	require.ErrorAs(t, err, &exit)
-	assert.Equal(t, 1, exit.Code)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "KeyError", exc.Type)
+	assert.Equal(t, "'missing'", exc.Message)
+	assert.True(t, strings.HasPrefix(exc.Traceback, "Traceback (most recent call last):\n  File \"<string>\", line 2, in <module>\n    {}['missing']\n"), exc.Traceback)
+	assert.True(t, strings.HasSuffix(exc.Traceback, "\nKeyError: 'missing'\n"), exc.Traceback)
+	assert.False(t, exc.Truncated)
+	assert.Same(t, exc, res.Exception)
 	assert.Equal(t, 1, res.ExitCode)
+	assert.Equal(t, sandbox.StopExit, res.Stop)
 	assert.Equal(t, "before\n", string(res.Stdout), "output before the exception is kept")
 	assert.Contains(t, string(res.Stderr), "Traceback (most recent call last)")
 	assert.Contains(t, string(res.Stderr), "KeyError: 'missing'")
+	assert.Contains(t, string(res.Stderr), exc.Traceback, "the traceback is on stderr too, as python prints it")
 }
 
 func TestPythonSystemExit(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "import sys; sys.exit(3)", nil)
 	var exit *sandbox.ExitError
 	require.ErrorAs(t, err, &exit)
@@ -72,7 +80,7 @@ func TestPythonSystemExit(t *testing.T) {
 }
 
 func TestPythonStdinArgsEnv(t *testing.T) {
-	s, err := testenv.Python(t).NewSandbox(&sandbox.Config{Env: map[string]string{"GREETING": "hi"}})
+	s, err := sandboxtest.Python(t).NewSandbox(&sandbox.Config{Env: map[string]string{"GREETING": "hi"}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), `
@@ -87,7 +95,7 @@ print(sorted(os.environ.items()))
 }
 
 func TestPythonCleanRoomDefaults(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), `
 import os, sys, socket
 print(dict(os.environ))
@@ -108,7 +116,7 @@ except Exception:
 }
 
 func TestDeadlineStopsInfiniteLoop(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	res, err := py.Run(context.Background(), "print('started')\nwhile True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 2 * time.Second}})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, -1, res.ExitCode)
@@ -121,7 +129,7 @@ func TestDeadlineStopsInfiniteLoop(t *testing.T) {
 }
 
 func TestCancelStopsRun(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	_, err := py.Run(ctx, "while True: pass", nil)
@@ -132,7 +140,7 @@ func TestCancelStopsRun(t *testing.T) {
 }
 
 func TestConcurrentRunsOnOneGuest(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	const n = 8
 	var wg sync.WaitGroup
 	outs := make([]string, n)
@@ -162,7 +170,7 @@ print("err", %d, file=sys.stderr)
 }
 
 func TestOutputBoundAndStreaming(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	var streamed bytes.Buffer
 	res, err := py.Run(context.Background(), "import sys\nsys.stdout.write('x' * 5000)\nprint('done', file=sys.stderr)",
 		&sandbox.RunOptions{Stdout: &streamed, Limits: sandbox.Limits{MaxOutput: 1000}})
@@ -175,7 +183,7 @@ func TestOutputBoundAndStreaming(t *testing.T) {
 }
 
 func TestRunRejectsBadInput(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	_, err := py.Run(context.Background(), "print(1)\x00", nil)
 	assert.Error(t, err)
 	_, err = py.NewSandbox(&sandbox.Config{Env: map[string]string{"A=B": "x"}})
@@ -190,7 +198,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 }
 
 func TestPythonVersionThroughExec(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	require.True(t, py.IsPython())
 	res, err := py.Exec(context.Background(), nil, "-c", "import platform; print(platform.python_version())")
 	require.NoError(t, err)

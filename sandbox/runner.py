@@ -1,9 +1,10 @@
 # fumehood's one-shot runner, run after startup.py as `python -u -B -c
-# BOOTSTRAP STARTUP+RUNNER CODE NAME MOUNTS ARGS...` (see oneShotArgs in run.go):
-# it runs CODE in __main__ as the file
+# BOOTSTRAP STARTUP+RUNNER CODE NAME MOUNTS RESULT MAX WRITER ARGS...` (see
+# oneShotArgs in run.go): it runs CODE in __main__ as the file
 # NAME (sys.argv[0] is NAME, or "-c" when NAME is "<string>"), registers
 # its lines with linecache when an exception is printed, so the traceback
-# shows them, and leaves out its own frame.
+# shows them, and leaves out its own frame; it prints the traceback, then
+# WRITER (outcome_writer.py) reports the exception at RESULT.
 def _fumehood_run():
     import sys
     me = sys._getframe().f_code
@@ -12,8 +13,8 @@ def _fumehood_run():
     del g["_fumehood_tag"]
     g.pop("_fumehood_mounts")(sys.argv[4])
     del g["_fumehood_run"]
-    code, name = sys.argv[2], sys.argv[3]
-    del sys.argv[1:5]
+    code, name, result, n, report = sys.argv[2], sys.argv[3], sys.argv[5], int(sys.argv[6]) + 1, sys.argv[7]
+    del sys.argv[1:8]
     sys.argv[0] = "-c" if name == "<string>" else name
     try:
         # exec of a string names it "<string>"; another name needs the
@@ -43,6 +44,10 @@ def _fumehood_run():
             traceback.print_exception(type(e), e, tb)
         else:
             sys.excepthook(type(e), e, tb)
+        try:
+            exec(report, {"e": e, "tb": tb, "result": result, "n": n})
+        except BaseException:
+            pass
         raise SystemExit(1)
 
 

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/afero"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // Errors of sessions.
@@ -134,7 +133,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	var root afero.Fs
 	if !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == "/" }) {
 		q := c.RootQuota
-		if q == (wasi.Quota{}) {
+		if q == (Quota{}) {
 			q = DefaultRootQuota
 		}
 		root = afero.NewMemMapFs()
@@ -148,7 +147,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
 	ctl := afero.NewMemMapFs()
-	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
+	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
 	sb, err := g.newSandbox(&Config{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger, Limits: c.Limits, TotalFuel: c.TotalFuel}, true)
 	if err != nil {
 		return nil, err
@@ -264,7 +263,7 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	}
 	s.clearControl()
 	res, err := r.end(runErr, mem, out)
-	if out != nil {
+	if out != nil && res.Stop == StopExit {
 		s.checkpoint(in)
 		return res, err
 	}
@@ -351,10 +350,6 @@ func (s *Session) Runs() int64 {
 	defer s.mu.Unlock()
 	return s.runs
 }
-
-// Sandbox returns the session's filesystem, for reading and writing its
-// files from the host between runs.
-func (s *Session) Sandbox() *Sandbox { return s.sb }
 
 // Close releases the session's interpreter. A closed session cannot run,
 // snapshot or fork.

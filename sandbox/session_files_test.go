@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // openFilesSetup opens what agent code leaves open: a sqlite3 file
@@ -113,7 +114,7 @@ func TestSessionOpenFileDeletedRefused(t *testing.T) {
 	check := func(what string, err error) {
 		t.Helper()
 		require.ErrorIs(t, err, sandbox.ErrOpenFiles, what)
-		require.ErrorIs(t, err, wasi.ErrUnlinked, what)
+		require.ErrorIs(t, err, wasifs.ErrUnlinked, what)
 		var ofe *sandbox.OpenFileError
 		require.ErrorAs(t, err, &ofe, what)
 		assert.Equal(t, "/work/gone.txt", ofe.Path, what)
@@ -138,7 +139,7 @@ func TestSessionResumeMissingVolumeFile(t *testing.T) {
 	fd := wasiFD(t, s, "x.txt")
 	snap := snapshotOf(t, s)
 	require.NoError(t, vol.Remove("/x.txt"))
-	_, err := testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), volumeConfig(vol))
+	_, err := sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), volumeConfig(vol))
 	require.ErrorIs(t, err, sandbox.ErrOpenFiles)
 	require.ErrorIs(t, err, sys.ENOENT)
 	var ofe *sandbox.OpenFileError
@@ -207,7 +208,7 @@ func TestSessionOpenFileRenamed(t *testing.T) {
 
 	run(t, s, "g = open('/work/c.txt', 'w')\nopen('/work/d.txt', 'w').close()\nos.rename('/work/d.txt', '/work/c.txt')")
 	err := s.Snapshot(&bytes.Buffer{})
-	require.ErrorIs(t, err, wasi.ErrUnlinked)
+	require.ErrorIs(t, err, wasifs.ErrUnlinked)
 	var ofe *sandbox.OpenFileError
 	require.ErrorAs(t, err, &ofe)
 	assert.Equal(t, "/work/c.txt", ofe.Path)

@@ -10,10 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -122,7 +123,7 @@ func TestSessionDeterministicForks(t *testing.T) {
 // A crafted snapshot whose header holds ten million empty arguments (30
 // MB) is refused as corrupt before it is parsed or even read whole.
 func TestResumeRefusesHugeHeader(t *testing.T) {
-	g := testenv.PythonSessions(t)
+	g := sandboxtest.PythonSessions(t)
 	header := `{"guest":"g","base":"b","memory_size":65536,"asyncify_buffer":8,"mounts":[{"path":"/","in_memory":true}],"args":[` +
 		strings.Repeat(`"",`, 10_000_000) + `""]}`
 	var b bytes.Buffer
@@ -147,7 +148,7 @@ func TestResumeRefusesHugeHeader(t *testing.T) {
 // An environment a snapshot could not hold is refused at the start; one a
 // crafted snapshot brings is refused as corrupt.
 func TestSessionEnvBounds(t *testing.T) {
-	g := testenv.PythonSessions(t)
+	g := sandboxtest.PythonSessions(t)
 	many := map[string]string{}
 	for i := range 5000 {
 		many[fmt.Sprintf("V%d", i)] = "x"

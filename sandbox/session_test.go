@@ -12,18 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
 // newSession starts a session on the session build, closed at the end of the test.
 func newSession(t *testing.T, cfg *sandbox.Config) *sandbox.Session {
 	t.Helper()
-	s, err := testenv.PythonSessions(t).NewSession(context.Background(), cfg)
+	s, err := sandboxtest.PythonSessions(t).NewSession(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -59,7 +60,7 @@ with open('/work/notes.txt', 'w') as f: f.write('kept')`)
 	assert.Equal(t, "Point(82, [1])", res.Value)
 	res = run(t, s, "open('/work/notes.txt').read()")
 	assert.Equal(t, "'kept'", res.Value)
-	data, err := s.Sandbox().ReadFile("/work/notes.txt")
+	data, err := s.Files().ReadFile("/work/notes.txt")
 	require.NoError(t, err)
 	assert.Equal(t, "kept", string(data))
 
@@ -139,9 +140,17 @@ func TestSessionMemoryLimit(t *testing.T) {
 	var exc *sandbox.Exception
 	require.ErrorAs(t, err, &exc)
 	assert.Equal(t, "MemoryError", exc.Type)
+	assert.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+	assert.Equal(t, sandbox.StopMemory, res.Stop)
 	assert.True(t, res.MemoryLimitHit)
 	assert.LessOrEqual(t, res.PeakMemory, int64(64<<20))
 	assert.Equal(t, "2", run(t, s, "1 + 1").Value)
+	// Stopped by a limit, the run is rolled back, as for the other limits.
+	_, err = s.Run(context.Background(), "kept = 1\nb = bytearray(2**30)", nil)
+	require.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+	_, err = s.Run(context.Background(), "kept", nil)
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "NameError", exc.Type)
 }
 
 func TestSessionFuelBudget(t *testing.T) {
@@ -194,7 +203,7 @@ func snapshotOf(t *testing.T, s *sandbox.Session) []byte {
 
 func resume(t *testing.T, snap []byte, cfg *sandbox.Config) *sandbox.Session {
 	t.Helper()
-	s, err := testenv.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), cfg)
+	s, err := sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -243,7 +252,7 @@ func TestSessionVolumesAndLayout(t *testing.T) {
 	r := resume(t, snap, cfg)
 	assert.Equal(t, "('volume', 'root')", run(t, r, "open('/data/v').read(), open('/work/r').read()").Value)
 
-	g := testenv.PythonSessions(t)
+	g := sandboxtest.PythonSessions(t)
 	for name, other := range map[string]*sandbox.Config{
 		"no volume":  nil,
 		"read-only":  {Mounts: []sandbox.Mount{{Path: "/data", FS: vol, ReadOnly: true}}},
@@ -256,7 +265,7 @@ func TestSessionVolumesAndLayout(t *testing.T) {
 }
 
 func TestSessionResumeRejects(t *testing.T) {
-	g := testenv.PythonSessions(t)
+	g := sandboxtest.PythonSessions(t)
 	s := newSession(t, nil)
 	run(t, s, "x = 1")
 	snap := snapshotOf(t, s)
@@ -296,7 +305,7 @@ func TestSessionResumeRejects(t *testing.T) {
 	})
 	check("foreign base", foreign, sandbox.ErrSnapshotGuest)
 
-	_, err := testenv.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
+	_, err := sandboxtest.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
 	assert.ErrorIs(t, err, sandbox.ErrNoSessions)
 
 	// A valid snapshot that needs more than this session allows.

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -111,7 +112,7 @@ func TestSoakOneShot(t *testing.T) {
 		case 5:
 			s, err := g.NewSandbox(nil)
 			require.NoError(t, err)
-			require.NoError(t, s.WriteFile("/work/in", []byte("x")))
+			require.NoError(t, s.Files().WriteFile("/work/in", []byte("x")))
 			res, err = s.Exec(ctx, &sandbox.RunOptions{Stdin: io.MultiReader(strings.NewReader("a"))}, "ls", "/work")
 			require.NoError(t, err)
 			require.Equal(t, "in\n", string(res.Stdout))
@@ -129,7 +130,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 // then, and checks that goroutines and the live heap do not grow.
 // `make soak` runs 1,000.
 func TestSoakSessions(t *testing.T) {
-	g := testenv.PythonSessions(t)
+	g := sandboxtest.PythonSessions(t)
 	ctx := context.Background()
 	runs := soakRuns(t, "FUMEHOOD_SOAK_SESSION_RUNS", 200)
 	s, err := g.NewSession(ctx, nil)
@@ -199,7 +200,7 @@ func TestConcurrentSandboxes(t *testing.T) {
 				}
 				defer s.Close()
 				mine := fmt.Sprintf("sandbox-%d", i)
-				if err := s.WriteFile("/work/"+mine, []byte(mine)); err != nil {
+				if err := s.Files().WriteFile("/work/"+mine, []byte(mine)); err != nil {
 					return err
 				}
 				for run := range 3 {
@@ -216,7 +217,7 @@ func TestConcurrentSandboxes(t *testing.T) {
 						return fmt.Errorf("sandbox %d sees %q", i, res.Stdout)
 					}
 				}
-				got, err := s.ReadFile("/work/" + mine)
+				got, err := s.Files().ReadFile("/work/" + mine)
 				if err == nil && string(got) != mine {
 					err = fmt.Errorf("sandbox %d reads %q", i, got)
 				}

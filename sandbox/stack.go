@@ -16,7 +16,7 @@ import (
 // is StopTrap): it is the guest's failure, not fumehood's. CPython turns
 // deep recursion into a RecursionError before its stack runs out when its
 // stack is big enough for its C recursion limit (the built guest; see
-// guests/cpython.StackSize); a guest that still overflows, such as the npm
+// internal/guests/cpython.StackSize); a guest that still overflows, such as the npm
 // guest with its 512 KiB stack, reports this error instead of an
 // out-of-bounds access.
 var ErrStackOverflow = errors.New("sandbox: guest stack overflow")

@@ -71,7 +71,7 @@ func TestStackOverflowIsItsOwnError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g, err := sandbox.Compile(ctx, stackModule(tc.body), nil)
 			require.NoError(t, err)
-			defer g.Close(ctx)
+			defer g.Close()
 			res, err := g.Exec(ctx, nil)
 			require.Error(t, err)
 			var trap *sandbox.TrapError
@@ -98,7 +98,7 @@ func TestPythonStackOverflow(t *testing.T) {
 	ctx := context.Background()
 	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM})
 	require.NoError(t, err, "the npm guest is needed; `make test` installs it")
-	defer g.Close(ctx)
+	defer g.Close()
 	res, err := g.Run(ctx, deepLRU, nil)
 	require.Error(t, err)
 	require.ErrorIs(t, err, sandbox.ErrStackOverflow)
@@ -115,7 +115,7 @@ func TestPythonStackOverflowInSession(t *testing.T) {
 	ctx := context.Background()
 	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM, Sessions: true})
 	require.NoError(t, err, "the npm guest's session build is needed; `make test` prepares it")
-	defer g.Close(ctx)
+	defer g.Close()
 	s, err := g.NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()

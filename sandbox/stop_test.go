@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -21,7 +22,7 @@ const fakeDeadline = "import sys\nsys.stderr.write('fumehood: deadline exceeded\
 // run, from what the host recorded: each limit, an exit, a trap, and exits
 // that pose as limits.
 func TestResultStopOneShot(t *testing.T) {
-	py := testenv.Python(t)
+	py := sandboxtest.Python(t)
 	for _, tc := range []struct {
 		name   string
 		cancel bool // cancel the context after a moment
@@ -33,7 +34,7 @@ func TestResultStopOneShot(t *testing.T) {
 	}{
 		{"exit 0", false, "print('hi')", nil, sandbox.StopExit, nil, 0},
 		{"exit 3", false, "import sys\nsys.exit(3)", nil, sandbox.StopExit, &sandbox.ExitError{Code: 3}, 3},
-		{"exception", false, "1/0", nil, sandbox.StopExit, &sandbox.ExitError{Code: 1}, 1},
+		{"exception", false, "1/0", nil, sandbox.StopExit, &sandbox.Exception{Type: "ZeroDivisionError", Message: "division by zero"}, 1},
 		{"fuel", false, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 50_000_000}}, sandbox.StopFuel, sandbox.ErrFuelExhausted, -1},
 		{"deadline", false, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 200 * time.Millisecond}}, sandbox.StopDeadline, context.DeadlineExceeded, -1},
 		{"canceled", true, "while True: pass", nil, sandbox.StopCanceled, context.Canceled, -1},
@@ -56,12 +57,18 @@ func TestResultStopOneShot(t *testing.T) {
 			assert.Equal(t, tc.stop, res.Stop, "error: %v", err)
 			assert.Equal(t, tc.exit, res.ExitCode)
 			var exit *sandbox.ExitError
+			var exc *sandbox.Exception
 			switch want := tc.err.(type) {
 			case nil:
 				require.NoError(t, err)
 			case *sandbox.ExitError:
 				require.ErrorAs(t, err, &exit)
 				assert.Equal(t, want.Code, exit.Code)
+			case *sandbox.Exception:
+				require.ErrorAs(t, err, &exc)
+				assert.Equal(t, want.Type, exc.Type)
+				assert.Equal(t, want.Message, exc.Message)
+				assert.Same(t, exc, res.Exception)
 			default:
 				require.ErrorIs(t, err, want)
 			}
@@ -76,7 +83,7 @@ func TestResultStopOneShot(t *testing.T) {
 	// A trap: unreachable.
 	g, err := sandbox.Compile(context.Background(), hostileModule{memPages: 1, body: []byte{0x00}}.wasm(), &sandbox.Options{CacheDir: t.TempDir()})
 	require.NoError(t, err)
-	defer g.Close(context.Background())
+	defer g.Close()
 	res, err := g.Exec(context.Background(), nil)
 	var trap *sandbox.TrapError
 	require.ErrorAs(t, err, &trap)
@@ -103,6 +110,8 @@ func TestResultStopSession(t *testing.T) {
 		{"fuel", "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 50_000_000}}, sandbox.StopFuel, -1},
 		{"deadline", "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 200 * time.Millisecond}}, sandbox.StopDeadline, -1},
 		{"output", "while True: print('spam')", &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{MaxOutput: 1000}}, sandbox.StopOutput, -1},
+		// As in a one-shot run: an exception after a refused allocation.
+		{"memory", "x = bytearray(2**30)", &sandbox.RunOptions{Limits: sandbox.Limits{Memory: 64 << 20}}, sandbox.StopMemory, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := s.Run(ctx, tc.code, tc.cfg)

@@ -175,7 +175,7 @@ func TestWASITestsuite(t *testing.T) {
 			require.NoError(t, err)
 			g, err := Compile(context.Background(), wasm, nil)
 			require.NoError(t, err)
-			defer g.Close(context.Background())
+			defer g.Close()
 
 			base := runSuiteCase(t, g, c, "wazero")
 			if base.pass {

@@ -16,7 +16,7 @@
 // v8fs:FILE are wasm and v8 with -root mounted at / and -env set, for a
 // CPython build whose standard library is on disk; fuelfs:FILE is fuelwasm
 // with -root mounted at /py and /py put before every path in -env; built is
-// the guest `fumehood guest build` made (guests/cpython) through
+// the guest `fumehood guest build` made (internal/guests/cpython) through
 // sandbox.Compile, its standard library mounted read-only at /usr.
 package main
 
@@ -41,9 +41,9 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/bench/cpuset"
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/bench/internal/cpuset"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -255,7 +255,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 				return "", 0, fmt.Errorf("%w: %s", err, res.Stderr)
 			}
 			return string(res.Stdout), c, nil
-		}, func() { g.Close(ctx) }, nil
+		}, func() { g.Close() }, nil
 	case "fuelwasm", "fuelfs", "built":
 		var wasm []byte
 		var err error
@@ -321,7 +321,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 				return "", 0, fmt.Errorf("%w: %s", err, res.Stderr)
 			}
 			return string(res.Stdout), c, nil
-		}, func() { g.Close(ctx) }, nil
+		}, func() { g.Close() }, nil
 	case "plain", "interp", "wasm", "wasmfs":
 		var wasm []byte
 		var err error
@@ -341,14 +341,14 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 // plainGuest returns the installed guest after its first step (strip-debug)
 // only.
 func plainGuest() ([]byte, error) {
-	dir, err := python.CacheDir("")
+	dir, err := npm.CacheDir("")
 	if err != nil {
 		return nil, err
 	}
 	store := pipeline.NewStore(filepath.Join(dir, "guests"))
-	d, ok := store.Lookup(python.SourceSHA256, python.Steps[:1])
+	d, ok := store.Lookup(npm.SourceSHA256, npm.Steps[:1])
 	if !ok {
-		return nil, python.ErrGuestNotInstalled
+		return nil, npm.ErrGuestNotInstalled
 	}
 	return store.Get(d)
 }
@@ -359,7 +359,7 @@ func bare(ctx context.Context, wasm []byte, interp, withFS bool) (runner, func()
 	if interp {
 		cfg = wazero.NewRuntimeConfigInterpreter()
 	} else if !noCache {
-		dir, err := python.CacheDir("")
+		dir, err := npm.CacheDir("")
 		if err != nil {
 			return nil, nil, err
 		}

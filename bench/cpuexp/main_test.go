@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/bench/cpuset"
+	"github.com/fumehood/fumehood/bench/internal/cpuset"
 )
 
 func TestWriteTable(t *testing.T) {

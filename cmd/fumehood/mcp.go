@@ -13,7 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -44,7 +44,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	idle := fs.Duration("idle-timeout", 30*time.Minute, "with --http, end a client's MCP session, and close its sessions, after this long without a request; 0 never")
 	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
 	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
-	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
+	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
 	var network networkFlags
 	network.register(fs)
 	var mounts mountFlags
@@ -89,7 +89,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	defer py.Close(context.WithoutCancel(ctx))
+	defer py.Close()
 	srv, err := mcpserver.New(py, opts)
 	if err != nil {
 		return &usageError{err.Error()}

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"log/slog"
 
-	"github.com/fumehood/fumehood/wasi/netpolicy"
+	"github.com/fumehood/fumehood/netpolicy"
 )
 
 // networkFlags are run's --allow-host and --allow-private.

@@ -45,7 +45,7 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return 0, err
 	}
-	defer py.Close(context.WithoutCancel(ctx))
+	defer py.Close()
 	s, err := c.openSession(ctx, py, lim)
 	if err != nil {
 		return 0, err

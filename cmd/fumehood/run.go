@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fumehood/fumehood/guests/python"
+	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -120,7 +120,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet) {
 	c.timeout = fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run")
 	c.offline = fs.Bool("offline", false, "never download the guest; fail if it is not installed")
-	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+python.CacheDirEnv+" or the user cache directory)")
+	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
 	c.fuel = fs.Int64("fuel", 0, "fuel budget of a run (WebAssembly instructions); 0 means the default")
 	c.memory = fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
 	c.maxOutput = fs.String("max-output", "", "bytes kept of each of stdout and stderr, such as 1MiB (default 1MiB); past it the run stops")
@@ -175,7 +175,7 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.
 func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (*sandbox.Guest, error) {
 	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions}
 	py, err := sandbox.CompilePython(ctx, opts)
-	if !errors.Is(err, python.ErrGuestNotInstalled) || *c.offline {
+	if !errors.Is(err, npm.ErrGuestNotInstalled) || *c.offline {
 		return py, err
 	}
 	what := "the Python guest is"
@@ -184,21 +184,22 @@ func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (
 	}
 	fmt.Fprintf(stderr, "fumehood: %s not installed; installing it now (use --offline to prevent this)\n", what)
 	opts.Install = true
-	opts.Progress = newProgress(stderr).report
+	report := newProgress(stderr).report
+	opts.Progress = func(p sandbox.Progress) { report(npm.Progress(p)) }
 	return sandbox.CompilePython(ctx, opts)
 }
 
-// copyFiles copies the --file flags' files into sb.
-func (c *common) copyFiles(sb *sandbox.Sandbox) error {
+// copyFiles copies the --file flags' files into files.
+func (c *common) copyFiles(files *sandbox.Files) error {
 	for _, f := range c.files {
 		b, err := os.ReadFile(f.host)
 		if err != nil {
 			return err
 		}
-		if err := sb.MkdirAll(path.Dir(f.guest)); err != nil {
+		if err := files.MkdirAll(path.Dir(f.guest)); err != nil {
 			return err
 		}
-		if err := sb.WriteFile(f.guest, b); err != nil {
+		if err := files.WriteFile(f.guest, b); err != nil {
 			return err
 		}
 	}
@@ -227,7 +228,7 @@ func (c *common) openSession(ctx context.Context, py *sandbox.Guest, lim sandbox
 	if err != nil {
 		return nil, err
 	}
-	if err := c.copyFiles(s.Sandbox()); err != nil {
+	if err := c.copyFiles(s.Files()); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -293,7 +294,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return 0, err
 	}
-	defer py.Close(context.WithoutCancel(ctx))
+	defer py.Close()
 
 	var res *sandbox.Result
 	if sessions {
@@ -311,10 +312,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 				return exitFailure, fmt.Errorf("saving the session: %w", serr)
 			}
 		}
-		var exc *sandbox.Exception
-		if errors.As(err, &exc) {
-			err = &sandbox.ExitError{Code: 1} // the traceback is on stderr
-		}
 		if *stats && res != nil {
 			writeStats(stderr, res, err)
 		}
@@ -327,7 +324,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return 0, err
 	}
 	defer sb.Close()
-	if err := c.copyFiles(sb); err != nil {
+	if err := c.copyFiles(sb.Files()); err != nil {
 		return 0, err
 	}
 	res, err = sb.RunScript(ctx, name, src, cfg, progArgs...)
@@ -340,51 +337,71 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 // exitStatus maps a run's outcome to the command's exit status and, for a
 // stop, the words said on stderr. Whether a limit stopped the run is the
 // host's Result.Stop, never the guest's status or output: a guest that
-// exits with 124 exits with 124, and --stats says it exited on its own.
+// exits with 124 exits with 124, and --stats says it exited on its own. A
+// run that ended itself exits with its status, 1 for a Python exception
+// (whose traceback is on stderr already).
 func exitStatus(res *sandbox.Result, err error) (int, error) {
-	if l, ok := limitOf(res, err); ok {
-		return l.code, errors.New(l.words)
+	if res == nil {
+		if err == nil {
+			return 0, nil
+		}
+		// The run did not start, so there is no Result.Stop.
+		if code, words, _ := stopped(notStarted(err)); words != "" {
+			return code, errors.New(words)
+		}
+		return exitFailure, err
 	}
 	var exit *sandbox.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &exit):
-		return exit.Code, nil
-	case errors.Is(err, sandbox.ErrStackOverflow):
-		// The guest's failure, not fumehood's.
-		return exitStack, errors.New(stackWords)
+	var exc *sandbox.Exception
+	if res.Stop == sandbox.StopExit && (err == nil || errors.As(err, &exit) || errors.As(err, &exc)) {
+		return res.ExitCode, nil
+	}
+	if code, words, _ := stopped(res.Stop); words != "" {
+		return code, errors.New(words)
 	}
 	return exitFailure, err
 }
 
-// limit is a reason a run is stopped, with its exit status.
-type limit struct {
-	stop sandbox.StopReason
-	// err is what a run that did not start (no Result) returns for it.
-	err   error
-	code  int
-	words string
-}
-
-// limits are the reasons a run is stopped, with their exit statuses.
-var limits = []limit{
-	{sandbox.StopFuel, sandbox.ErrFuelExhausted, exitFuel, "fuel exhausted"},
-	{sandbox.StopDeadline, context.DeadlineExceeded, exitDeadline, "deadline exceeded"},
-	{sandbox.StopMemory, sandbox.ErrMemoryLimit, exitMemory, "memory limit"},
-	{sandbox.StopOutput, sandbox.ErrOutputLimit, exitOutput, "output limit"},
-	{sandbox.StopCanceled, context.Canceled, exitCanceled, "canceled"},
-}
-
-// limitOf returns the limit that stopped a run: its Result.Stop, or, for a
-// run that did not start and has no Result, its error's.
-func limitOf(res *sandbox.Result, err error) (limit, bool) {
-	for _, l := range limits {
-		if res != nil && res.Stop == l.stop || res == nil && errors.Is(err, l.err) {
-			return l, true
-		}
+// stopped gives the command's exit status and words for a run that stop
+// ended, and whether --stats names it as the limit that stopped the run
+// (stopped_by): the one place fumehood's exit statuses for a stop live.
+// The words are empty for a stop that has none of its own: the guest's own
+// exit, a trap, fumehood's failure.
+func stopped(stop sandbox.StopReason) (code int, words string, limit bool) {
+	switch stop {
+	case sandbox.StopFuel:
+		return exitFuel, "fuel exhausted", true
+	case sandbox.StopDeadline:
+		return exitDeadline, "deadline exceeded", true
+	case sandbox.StopMemory:
+		return exitMemory, "memory limit", true
+	case sandbox.StopOutput:
+		return exitOutput, "output limit", true
+	case sandbox.StopCanceled:
+		return exitCanceled, "canceled", true
+	case sandbox.StopStack:
+		// The guest's failure, not fumehood's.
+		return exitStack, stackWords, false
 	}
-	return limit{}, false
+	return exitFailure, "", false
+}
+
+// notStarted is the stop of a run that did not start (with no Result),
+// from its error.
+func notStarted(err error) sandbox.StopReason {
+	switch {
+	case errors.Is(err, sandbox.ErrFuelExhausted):
+		return sandbox.StopFuel
+	case errors.Is(err, context.DeadlineExceeded):
+		return sandbox.StopDeadline
+	case errors.Is(err, sandbox.ErrMemoryLimit):
+		return sandbox.StopMemory
+	case errors.Is(err, sandbox.ErrOutputLimit):
+		return sandbox.StopOutput
+	case errors.Is(err, context.Canceled):
+		return sandbox.StopCanceled
+	}
+	return sandbox.StopError
 }
 
 // stats is the JSON line --stats prints.
@@ -413,8 +430,8 @@ func writeStats(w io.Writer, res *sandbox.Result, err error) {
 		PeakMemory: res.PeakMemory, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes,
 		HTTPRequests: res.HTTPRequests,
 	}
-	if l, ok := limitOf(res, err); ok {
-		s.StoppedBy = l.words
+	if _, words, limit := stopped(res.Stop); limit {
+		s.StoppedBy = words
 	}
 	b, _ := json.Marshal(s)
 	fmt.Fprintf(w, "%s\n", b)

@@ -100,7 +100,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	s, err := py.NewSession(ctx, nil)
 	if err != nil {
@@ -108,7 +108,7 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 	defer s.Close()
 	// The task's data, uploaded into the session's in-memory filesystem.
-	if err := s.Sandbox().WriteFile("/work/orders.csv", []byte(ordersCSV)); err != nil {
+	if err := s.Files().WriteFile("/work/orders.csv", []byte(ordersCSV)); err != nil {
 		return err
 	}
 

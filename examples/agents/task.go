@@ -22,7 +22,7 @@ const OrdersCSV = `order,customer,amount
 // Setup uploads the task's data into a conversation's new session: the
 // codetool.Options.Setup of both examples.
 func Setup(ctx context.Context, conversation string, s *sandbox.Session) error {
-	return s.Sandbox().WriteFile("/work/orders.csv", []byte(OrdersCSV))
+	return s.Files().WriteFile("/work/orders.csv", []byte(OrdersCSV))
 }
 
 // Shown is a tool call's arguments for a transcript: the code, when they
@@ -43,7 +43,7 @@ func ToolDescription(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 	tool, err := codetool.New(py, nil)
 	if err != nil {
 		return "", err

@@ -16,8 +16,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi/hostcall"
 )
 
 // PriceArgs are price's keyword arguments in Python. An unknown or
@@ -91,7 +91,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	sb, err := newSandbox(py)
 	if err != nil {

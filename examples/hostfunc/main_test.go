@@ -5,10 +5,11 @@ import (
 	"context"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -29,19 +30,20 @@ not exposed: unknown
 // TestUncaughtCallError: an error from Go that the code does not catch
 // ends the run like any Python exception.
 func TestUncaughtCallError(t *testing.T) {
-	sb, err := newSandbox(testenv.Python(t))
+	sb, err := newSandbox(sandboxtest.Python(t))
 	require.NoError(t, err)
 	defer sb.Close()
 	res, err := sb.Run(context.Background(), `import fumehood; fumehood.call("price", sku="kiwi", quantity=1)`, nil)
-	var exit *sandbox.ExitError
-	require.ErrorAs(t, err, &exit)
-	assert.Equal(t, 1, exit.Code)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "fumehood.CallError", exc.Type)
+	assert.Equal(t, 1, res.ExitCode)
 	assert.Contains(t, string(res.Stderr), "fumehood.CallError: unknown SKU \"kiwi\"\n")
 	assert.Equal(t, 1, res.HostCalls)
 }
 
 func TestNoHostCallsNoModule(t *testing.T) {
-	res, err := testenv.Python(t).Run(context.Background(), "import fumehood", nil)
+	res, err := sandboxtest.Python(t).Run(context.Background(), "import fumehood", nil)
 	require.Error(t, err)
 	assert.Contains(t, string(res.Stderr), "ModuleNotFoundError: No module named 'fumehood'")
 }

@@ -27,7 +27,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	// 1. A budget too small for the job, topped up three times by the host.
 	grants := 0

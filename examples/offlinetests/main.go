@@ -91,7 +91,7 @@ func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []
 		return nil, err
 	}
 	defer sb.Close()
-	if err := sb.WriteFile("/work/generated.py", []byte(source)); err != nil {
+	if err := sb.Files().WriteFile("/work/generated.py", []byte(source)); err != nil {
 		return nil, err
 	}
 	args := make([][]any, len(cases))
@@ -109,7 +109,7 @@ func check(ctx context.Context, py *sandbox.Guest, source, name string, cases []
 	if err != nil {
 		return nil, err
 	}
-	data, err := sb.ReadFile("/work/outcomes.json")
+	data, err := sb.Files().ReadFile("/work/outcomes.json")
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	for _, cand := range []struct{ name, source string }{{"naive", naiveSlugify}, {"good", goodSlugify}} {
 		outs, err := check(ctx, py, cand.source, "slugify", slugifyCases)

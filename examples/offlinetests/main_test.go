@@ -6,17 +6,18 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
 // TestGoodSlugify is what a test of generated code looks like: one subtest
 // per case, each failing with what the function returned.
 func TestGoodSlugify(t *testing.T) {
-	outs, err := check(context.Background(), testenv.Python(t), goodSlugify, "slugify", slugifyCases)
+	outs, err := check(context.Background(), sandboxtest.Python(t), goodSlugify, "slugify", slugifyCases)
 	require.NoError(t, err)
 	for i, c := range slugifyCases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -28,7 +29,7 @@ func TestGoodSlugify(t *testing.T) {
 }
 
 func TestNaiveSlugifyIsCaught(t *testing.T) {
-	outs, err := check(context.Background(), testenv.Python(t), naiveSlugify, "slugify", slugifyCases)
+	outs, err := check(context.Background(), sandboxtest.Python(t), naiveSlugify, "slugify", slugifyCases)
 	require.NoError(t, err)
 	var failed []string
 	for i, c := range slugifyCases {
@@ -55,9 +56,9 @@ def probe():
     return [network, os.path.exists("/etc/passwd"), time.time(), random.random()]
 `
 	cases := []Case{{Name: "probe", Args: []any{}}}
-	first, err := check(context.Background(), testenv.Python(t), probe, "probe", cases)
+	first, err := check(context.Background(), sandboxtest.Python(t), probe, "probe", cases)
 	require.NoError(t, err)
-	second, err := check(context.Background(), testenv.Python(t), probe, "probe", cases)
+	second, err := check(context.Background(), sandboxtest.Python(t), probe, "probe", cases)
 	require.NoError(t, err)
 
 	var got []any
@@ -81,7 +82,7 @@ func TestUncheckableCode(t *testing.T) {
 		"import-time bug": {source: "import nonexistent\ndef slugify(t): return t", text: "ModuleNotFoundError"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := check(context.Background(), testenv.Python(t), tc.source, "slugify", slugifyCases)
+			_, err := check(context.Background(), sandboxtest.Python(t), tc.source, "slugify", slugifyCases)
 			require.Error(t, err)
 			if tc.want != nil {
 				assert.ErrorIs(t, err, tc.want)

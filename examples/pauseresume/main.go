@@ -62,7 +62,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 	s, err := py.NewSession(ctx, nil)
 	if err != nil {
 		return err
@@ -110,7 +110,7 @@ func resume(ctx context.Context, w io.Writer, name string) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 	f, err := os.Open(name)
 	if err != nil {
 		return err

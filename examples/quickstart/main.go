@@ -34,11 +34,15 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	res, err := py.Run(ctx, program, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 10 * time.Second}})
+	var exc *sandbox.Exception
 	var exit *sandbox.ExitError
-	if errors.As(err, &exit) {
+	switch {
+	case errors.As(err, &exc):
+		return fmt.Errorf("the program raised %s:\n%s", exc.Type, exc.Traceback)
+	case errors.As(err, &exit):
 		return fmt.Errorf("the program failed with status %d:\n%s", exit.Code, res.Stderr)
 	}
 	if err != nil {

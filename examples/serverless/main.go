@@ -82,7 +82,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer sb.Close()
 	for name, content := range req.Files {
-		if err := sb.WriteFile(name, []byte(content)); err != nil {
+		if err := sb.Files().WriteFile(name, []byte(content)); err != nil {
 			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -157,7 +157,7 @@ func serve(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(context.Background())
+	defer py.Close()
 	srv := &http.Server{Addr: addr, Handler: newMux(py, defaultLimits), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -179,7 +179,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(context.Background())
+	defer py.Close()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/fumehood/fumehood/internal/testenv"
 )
 
 func TestServerless(t *testing.T) {
@@ -31,7 +31,7 @@ while True: pass
 // limit, and checks that each gets its own answer.
 func TestConcurrentRequests(t *testing.T) {
 	ctx := context.Background()
-	srv := httptest.NewServer(newMux(testenv.Python(t), defaultLimits))
+	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits))
 	defer srv.Close()
 
 	cases := []struct {
@@ -76,7 +76,7 @@ func TestConcurrentRequests(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	srv := httptest.NewServer(newMux(testenv.Python(t), defaultLimits))
+	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits))
 	defer srv.Close()
 
 	for name, body := range map[string]string{

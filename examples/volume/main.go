@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/wasi"
 )
 
 // counter counts its runs in the volume, and checks that the scratch file
@@ -43,7 +42,7 @@ print("big.bin holds", os.path.getsize("/data/big.bin"), "bytes")
 
 // quota bounds what the guest may keep in the volume, counting what is
 // there already. A write past it fails inside the guest and changes nothing.
-var quota = wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}
+var quota = sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}
 
 func main() {
 	dir := ""
@@ -73,7 +72,7 @@ func run(ctx context.Context, w io.Writer, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 
 	// HostDir confines the guest to dir: ".." and symbolic links resolve
 	// inside it, even if something else changes dir meanwhile. Any afero.Fs

@@ -1,10 +1,9 @@
-// Package testenv gives tests the guests they run: the installed Python
-// guest, compiled once per test binary, and Go programs built for WASI at
-// test time.
+// Package testenv gives tests what they build at test time: Go programs
+// compiled for WASI, and the module's root. The Python guest comes from
+// package sandbox/sandboxtest.
 package testenv
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,80 +12,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/fumehood/fumehood/sandbox"
 )
-
-// TestGuestEnv is an alias of sandbox.GuestEnv ($FUMEHOOD_GUEST) for
-// tests: when set, it chooses the Python guest of every test binary that
-// imports testenv (and of the programs it starts), as
-// `FUMEHOOD_TEST_GUEST=npm go test ./...`. Without either, tests run on the
-// library's default: the built guest where it is built, else the npm guest.
-const TestGuestEnv = "FUMEHOOD_TEST_GUEST"
-
-func init() {
-	if v := os.Getenv(TestGuestEnv); v != "" {
-		os.Setenv(sandbox.GuestEnv, v)
-	}
-}
-
-// Guest returns the Python guest the tests run on: sandbox.GuestBuilt or
-// sandbox.GuestNPM.
-func Guest(t testing.TB) string {
-	t.Helper()
-	kind, err := sandbox.ChooseGuest(nil)
-	require.NoError(t, err)
-	return kind
-}
-
-// RequireGuest skips the test unless the tests run on the Python guest
-// kind (sandbox.GuestBuilt or sandbox.GuestNPM): for tests about one guest.
-func RequireGuest(t testing.TB, kind string) {
-	t.Helper()
-	if got := Guest(t); got != kind {
-		t.Skipf("about the %s guest; the tests run on the %s guest ($%s)", kind, got, sandbox.GuestEnv)
-	}
-}
-
-var python struct {
-	once  sync.Once
-	guest *sandbox.Guest
-	err   error
-}
-
-// Python returns the Python guest, compiled once per test binary. It fails
-// the test, naming the install command, when the guest is not installed:
-// `make test` installs it first.
-func Python(t testing.TB) *sandbox.Guest {
-	t.Helper()
-	python.once.Do(func() {
-		python.guest, python.err = sandbox.CompilePython(context.Background(), nil)
-	})
-	require.NoError(t, python.err, "the Python guest is needed; `make test` installs it (and builds the built guest)")
-	return python.guest
-}
-
-var sessions struct {
-	once  sync.Once
-	guest *sandbox.Guest
-	err   error
-}
-
-// PythonSessions returns the session build of the Python guest, compiled
-// once per test binary. It skips the test when Binaryen's wasm-opt, which
-// prepares that build, is not installed, and fails it when the build is
-// not prepared: `make test` prepares it first.
-func PythonSessions(t testing.TB) *sandbox.Guest {
-	t.Helper()
-	if _, err := exec.LookPath("wasm-opt"); err != nil {
-		t.Skip("Binaryen's wasm-opt is not installed: no session build")
-	}
-	sessions.once.Do(func() {
-		sessions.guest, sessions.err = sandbox.CompilePython(context.Background(), &sandbox.Options{Sessions: true})
-	})
-	require.NoError(t, sessions.err, "the session build of the Python guest is needed; `make test` prepares it")
-	return sessions.guest
-}
 
 var builds sync.Map // package path -> *build
 

@@ -46,7 +46,7 @@ func run(ctx context.Context, client anthropic.Client, model anthropic.Model, qu
 	if err != nil {
 		return "", err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 	tool, err := codetool.New(py, &codetool.Options{
 		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
 		Setup:  agents.Setup,

@@ -47,7 +47,7 @@ func run(ctx context.Context, client openai.Client, model string, question strin
 	if err != nil {
 		return "", err
 	}
-	defer py.Close(ctx)
+	defer py.Close()
 	tool, err := codetool.New(py, &codetool.Options{
 		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
 		Setup:  agents.Setup,

@@ -1,0 +1,128 @@
+package cpython
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/guests/npm"
+)
+
+// fakeFetcher writes, for every input asked for, the content content
+// returns under the input's file name, as apt would.
+type fakeFetcher struct {
+	content func(in Input) []byte
+	asked   []string
+}
+
+func (f *fakeFetcher) Update(context.Context) error { return nil }
+
+func (f *fakeFetcher) Source(_ context.Context, dir, pkg, version string) error {
+	return f.write(dir, pkg, version)
+}
+
+func (f *fakeFetcher) Binary(_ context.Context, dir, pkg, version string) error {
+	return f.write(dir, pkg, version)
+}
+
+func (f *fakeFetcher) write(dir, pkg, version string) error {
+	f.asked = append(f.asked, pkg+"="+version)
+	for _, in := range Inputs {
+		if in.Package == pkg && in.Version == version {
+			return os.WriteFile(filepath.Join(dir, in.File), f.content(in), 0o644)
+		}
+	}
+	return os.ErrNotExist
+}
+
+func useFetcher(t *testing.T, f fetcher) {
+	old := newFetcher
+	newFetcher = func(string, ...string) (fetcher, error) { return f, nil }
+	t.Cleanup(func() { newFetcher = old })
+}
+
+// TestFetchTamperedInputCachesNothing: a download whose SHA-256 is not the
+// pinned one is an error that names the file, and nothing of it is kept.
+func TestFetchTamperedInputCachesNothing(t *testing.T) {
+	f := &fakeFetcher{content: func(in Input) []byte { return []byte("tampered " + in.File) }}
+	useFetcher(t, f)
+	opts := &Options{CacheDir: t.TempDir()}
+	d, err := opts.dirs()
+	require.NoError(t, err)
+	_, err = fetchInputs(context.Background(), d, opts)
+	require.ErrorIs(t, err, npm.ErrIntegrity)
+	assert.Contains(t, err.Error(), Inputs[0].File)
+	assert.Equal(t, []string{Inputs[0].Package + "=" + Inputs[0].Version}, f.asked, "stops at the first bad file")
+	ents, _ := os.ReadDir(d.sources)
+	assert.Empty(t, ents, "nothing cached")
+	tmp, _ := os.ReadDir(d.tmp)
+	assert.Empty(t, tmp, "the download directory is removed")
+}
+
+// TestVerifyFile checks a file against its pin: the right digest passes, a
+// truncated file fails naming it, a missing one is fs.ErrNotExist.
+func TestVerifyFile(t *testing.T) {
+	dir := t.TempDir()
+	in := Input{Package: "p", Version: "1", File: "p_1.orig.tar.xz",
+		SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"} // sha256("hello")
+	p := filepath.Join(dir, in.File)
+	require.ErrorIs(t, verifyFile(p, in), os.ErrNotExist)
+	require.NoError(t, os.WriteFile(p, []byte("hello"), 0o644))
+	require.NoError(t, verifyFile(p, in))
+	require.NoError(t, os.WriteFile(p, []byte("hell"), 0o644))
+	err := verifyFile(p, in)
+	require.ErrorIs(t, err, npm.ErrIntegrity)
+	assert.Contains(t, err.Error(), in.File)
+}
+
+// TestRemoveStale removes the work directory of a build whose process is
+// gone and keeps that of a live one.
+func TestRemoveStale(t *testing.T) {
+	tmp := t.TempDir()
+	live, dead := filepath.Join(tmp, "build-live"), filepath.Join(tmp, "build-dead")
+	require.NoError(t, os.MkdirAll(live, 0o755))
+	require.NoError(t, os.MkdirAll(dead, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(live, "pid"), []byte(itoa(os.Getpid())), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dead, "pid"), []byte("2147483646"), 0o644))
+	removeStale(tmp)
+	assert.DirExists(t, live)
+	assert.NoDirExists(t, dead)
+}
+
+// TestKeyCoversInputs: changing a pinned digest changes the cache key.
+func TestKeyCoversInputs(t *testing.T) {
+	k := Key()
+	old := Inputs[0].SHA256
+	Inputs[0].SHA256 = "00" + old[2:]
+	defer func() { Inputs[0].SHA256 = old }()
+	assert.NotEqual(t, k, Key())
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestMissingToolsNamePackages: with nothing on PATH, the error names the
+// Debian packages to install.
+func TestMissingToolsNamePackages(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := CheckTools()
+	require.ErrorIs(t, err, ErrMissingTools)
+	for _, pkg := range []string{"clang-19", "lld-19", "llvm-19", "tcl", "apt-get install"} {
+		assert.Contains(t, err.Error(), pkg)
+	}
+}
+
+// TestBuildWithoutToolsStoresNothing: a build that cannot start leaves the
+// cache without a manifest, so Load still says the guest is not built.
+func TestBuildWithoutToolsStoresNothing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	opts := &Options{CacheDir: t.TempDir()}
+	_, err := Build(context.Background(), opts)
+	require.ErrorIs(t, err, ErrMissingTools)
+	_, _, err = Load(context.Background(), opts)
+	assert.ErrorIs(t, err, ErrNotBuilt)
+}

@@ -1,0 +1,234 @@
+package cpython_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+var withNumpy = &cpython.Options{With: []string{cpython.Numpy}}
+
+// builtNumpy skips the test when the numpy variant is not in the default
+// cache.
+func builtNumpy(t *testing.T) cpython.Info {
+	t.Helper()
+	info, err := cpython.Built(withNumpy)
+	if errors.Is(err, cpython.ErrNotBuilt) {
+		t.Skipf("the numpy variant is not built (run `%s --with numpy` or `make guest-build-numpy`): %v", cpython.BuildCommand, err)
+	}
+	require.NoError(t, err)
+	return info
+}
+
+// numpyProgram is what an agent does first with numpy: array maths,
+// reductions, a linear solve, a seeded generator, an FFT, and saving and
+// loading an array in the sandbox's in-memory root.
+const numpyProgram = `
+import sys, time
+t0 = time.perf_counter()
+import numpy as np
+t1 = time.perf_counter()
+assert np.__version__ == "2.2.5", np.__version__
+assert int(np.arange(10).sum()) == 45
+a = np.arange(12, dtype=np.float64).reshape(3, 4)
+assert a.shape == (3, 4) and a.T.shape == (4, 3)
+assert np.allclose(a.sum(axis=0), [12, 15, 18, 21])
+assert np.allclose(a.mean(axis=1), [1.5, 5.5, 9.5])
+assert float(a.max()) == 11.0 and int(a.argmin()) == 0
+assert np.allclose((a @ a.T)[0], [14, 38, 62])
+assert np.allclose(np.sqrt(np.array([4.0, 9.0])), [2, 3])
+assert np.allclose(np.cumsum([1, 2, 3]), [1, 3, 6])
+assert list(np.sort(np.array([3, 1, 2]))) == [1, 2, 3]
+assert float(np.std([1.0, 1.0, 1.0])) == 0.0
+A = np.array([[3.0, 1.0], [1.0, 2.0]])
+x = np.linalg.solve(A, np.array([9.0, 8.0]))
+assert np.allclose(x, [2.0, 3.0]), x
+assert np.allclose(np.linalg.inv(A) @ A, np.eye(2))
+assert abs(np.linalg.det(A) - 5.0) < 1e-12
+rng = np.random.default_rng(0)
+r = rng.random(3)
+assert np.allclose(r, [0.63696169, 0.26978671, 0.04097352]), r
+n = np.random.default_rng(1).standard_normal(10000)
+assert abs(n.mean()) < 0.05 and abs(n.std() - 1) < 0.05
+f = np.fft.fft(np.array([1.0, 0.0, 0.0, 0.0]))
+assert np.allclose(f, np.ones(4)), f
+s = np.sin(np.linspace(0, 2 * np.pi, 64, endpoint=False) * 5)
+assert int(np.argmax(np.abs(np.fft.rfft(s)))) == 5
+assert np.allclose(np.fft.ifft(np.fft.fft(s)).real, s)
+np.save("/tmp/a.npy", a)
+b = np.load("/tmp/a.npy")
+assert b.dtype == a.dtype and np.array_equal(a, b)
+assert "numpy._core._multiarray_umath" in sys.builtin_module_names
+np.testing.assert_allclose(x, [2.0, 3.0])
+print("numpy ok", np.__version__, "import %.0f ms" % ((t1 - t0) * 1000))
+`
+
+// TestNumpyGuest runs numpyProgram in the numpy variant, through
+// sandbox.Compile and Exec with its standard library (numpy's Python files
+// included) mounted read-only.
+func TestNumpyGuest(t *testing.T) {
+	info := builtNumpy(t)
+	assert.Equal(t, []string{cpython.Numpy}, info.With)
+	assert.Contains(t, info.Builtins, "numpy._core._multiarray_umath")
+	s := numpySandbox(t, sandbox.Config{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})
+	ctx := context.Background()
+	res, err := s.Exec(ctx, nil, "-c", numpyProgram)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
+	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
+	t.Logf("%s", res.Stdout)
+}
+
+// numpySandbox starts a sandbox of the numpy variant, with cfg's mounts
+// after the standard library's.
+func numpySandbox(t *testing.T, cfg sandbox.Config) *sandbox.Sandbox {
+	t.Helper()
+	builtNumpy(t)
+	ctx := context.Background()
+	wasm, _, err := cpython.LoadUnprepared(ctx, withNumpy)
+	require.NoError(t, err)
+	g, err := sandbox.Compile(ctx, wasm, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { g.Close() })
+	lib, err := cpython.StdlibFS(ctx, withNumpy)
+	require.NoError(t, err)
+	cfg.Mounts = append([]sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}, cfg.Mounts...)
+	s, err := g.NewSandbox(&cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestNumpyBounds checks that numpy's C loops are bounded like any guest
+// code: one matmul call (27e9 multiply-adds) stops on fuel, and an array
+// bigger than the memory limit is a MemoryError in the guest, the run
+// marked as having hit the limit.
+func TestNumpyBounds(t *testing.T) {
+	s := numpySandbox(t, sandbox.Config{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})
+	ctx := context.Background()
+	res, err := s.Exec(ctx, nil, "-c", "import numpy")
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	importFuel := res.FuelUsed
+	require.Positive(t, importFuel)
+
+	start := time.Now()
+	res, err = s.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: importFuel + 2_000_000_000}}, "-c", "import numpy as np; a = np.ones((3000, 3000)); print((a @ a)[0, 0])")
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted, "stderr: %s", res.Stderr)
+	assert.Empty(t, res.Stdout)
+	t.Logf("matmul stopped on fuel after %v", time.Since(start))
+
+	res, err = s.Exec(ctx, nil, "-c", "import numpy as np; a = np.ones(10**8); print(a.sum())")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, sandbox.ErrMemoryLimit)
+	assert.True(t, res.MemoryLimitHit)
+	assert.Contains(t, string(res.Stderr), "Unable to allocate 763. MiB")
+}
+
+// TestNumpyVariantKey checks that the numpy variant has its own cache key
+// and manifest, and that an unknown part is refused.
+func TestNumpyVariantKey(t *testing.T) {
+	dir := t.TempDir()
+	_, err := cpython.Built(&cpython.Options{CacheDir: dir, With: []string{cpython.Numpy}})
+	assert.ErrorIs(t, err, cpython.ErrNotBuilt)
+	_, err = cpython.Built(&cpython.Options{CacheDir: dir, With: []string{"pandas"}})
+	assert.ErrorIs(t, err, cpython.ErrUnknownPart)
+	_, err = cpython.Build(context.Background(), &cpython.Options{CacheDir: dir, With: []string{"pandas"}})
+	assert.ErrorIs(t, err, cpython.ErrUnknownPart)
+}
+
+// TestNumpyInputsChecked checks that a numpy source tarball that is not
+// the pinned one is refused before anything is built.
+func TestNumpyInputsChecked(t *testing.T) {
+	if _, err := cpython.CheckTools(); err != nil {
+		t.Skipf("build tools missing: %v", err)
+	}
+	dir := t.TempDir()
+	bad := dir + "/numpy.tar.xz"
+	require.NoError(t, os.WriteFile(bad, []byte("not numpy"), 0o644))
+	_, err := cpython.Build(context.Background(), &cpython.Options{CacheDir: dir, With: []string{cpython.Numpy},
+		Sources: map[string]string{"numpy": bad}})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, npm.ErrIntegrity) || errors.Is(err, cpython.ErrMissingTools), err)
+}
+
+// pytestDeps are the directories of Debian's python3-pytest (bookworm:
+// pytest 7.2.1, pure Python) and its dependencies, mounted read-only.
+var pytestDeps = []string{"_pytest", "pytest", "pluggy", "iniconfig", "packaging", "py", "py.py", "attr", "attrs"}
+
+// TestNumpyTestSuiteSlice runs one file of numpy's own test suite,
+// numpy/lib/tests/test_format.py (the .npy/.npz format: 43 tests), in the
+// numpy variant under Debian's pytest, both mounted read-only from the
+// host. It needs the python3-pytest package and numpy's source tarball in
+// the cache (both are there after `make guest-build-numpy` on a machine
+// where python3-pytest is installed).
+func TestNumpyTestSuiteSlice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a numpy test file in the guest (a minute or two)")
+	}
+	builtNumpy(t)
+	const dist = "/usr/lib/python3/dist-packages"
+	if _, err := os.Stat(filepath.Join(dist, "_pytest")); err != nil {
+		t.Skip("Debian's python3-pytest is not installed")
+	}
+	cache, err := npm.CacheDir("")
+	require.NoError(t, err)
+	tarball := filepath.Join(cache, "cpython", "sources", cpython.NumpyInputs[0].File)
+	if _, err := os.Stat(tarball); err != nil {
+		t.Skipf("numpy's source tarball is not in the cache: %v", err)
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("tar", "-xf", tarball, "-C", dir, "numpy-2.2.5/numpy/lib/tests").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "site"), 0o755))
+	for _, d := range pytestDeps {
+		if _, err := os.Stat(filepath.Join(dist, d)); err == nil {
+			out, err := exec.Command("cp", "-r", filepath.Join(dist, d), filepath.Join(dir, "site")).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+	}
+	host, err := sandbox.HostDir(dir)
+	require.NoError(t, err)
+	s := numpySandbox(t, sandbox.Config{Mounts: []sandbox.Mount{{Path: "/pt", FS: host, ReadOnly: true}},
+		Env:    map[string]string{"USER": "sandbox", "HOME": "/tmp"},
+		Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 15 * time.Minute}})
+	// pytest's tmp_path asks for the user id (WASI has none; files are
+	// owned by 0) and its capture, faulthandler and logging plugins
+	// duplicate descriptors or open /dev/null (WASI has neither).
+	// test_huge_header[r] is left out: it memory-maps the file, and WASI
+	// has no mmap module.
+	prog := `
+import os, sys
+sys.path.insert(0, "/pt/site")
+os.getuid = lambda: 0
+import pytest
+sys.exit(pytest.main(["-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
+    "--assert=plain", "--rootdir=/pt/numpy-2.2.5", "-o", "addopts=", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+    "--deselect", "numpy/lib/tests/test_format.py::test_huge_header[r]",
+    "/pt/numpy-2.2.5/numpy/lib/tests/test_format.py"]))
+`
+	res, err := s.Exec(context.Background(), nil, "-c", prog)
+	t.Logf("%s", lastLines(string(res.Stdout), 15))
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Contains(t, string(res.Stdout), "37 passed, 5 skipped, 1 deselected")
+	assert.NotContains(t, string(res.Stdout), "failed")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,6 +1,0 @@
-//go:build !unix
-
-package wasi
-
-// openNonblock is added to every open of a RootFs (see rootfs_unix.go).
-const openNonblock = 0
