@@ -91,7 +91,7 @@ fuzz:
 		./internal/wasmbin:FuzzExportMutableGlobals \
 		./internal/wasmbin:FuzzBounds \
 		./sandbox:FuzzCompile \
-		./sandbox:FuzzParseSize \
+		./cmd/fumehood:FuzzParseSize \
 		./cmd/fumehood:FuzzMountFlag \
 		./cmd/fumehood:FuzzEnvFlag \
 		./mcpserver:FuzzCheckLine \

@@ -24,9 +24,10 @@ type GuestInfo struct {
 	Lacks []string
 }
 
-// NPMGuest is the npm guest's GuestInfo (internal/guests/npm, the default
-// guest): what Instructions describes.
-var NPMGuest = GuestInfo{Version: "3.12.0", Lacks: []string{"ssl", "ctypes", "lzma", "multiprocessing", "time-zone data"}}
+// npmGuest is the npm guest's GuestInfo (the fallback guest): what the
+// Instructions and Description constants describe, for callers that cannot
+// probe a guest; Tool's methods describe the guest it runs on.
+var npmGuest = GuestInfo{Version: "3.12.0", Lacks: []string{"ssl", "ctypes", "lzma", "multiprocessing", "time-zone data"}}
 
 // probeCode prints the guest's version and what it lacks, one line each.
 // It imports nothing that runs much code: find_spec looks modules up

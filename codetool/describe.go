@@ -24,7 +24,7 @@ import "maps"
 const Name = "run_python"
 
 // Instructions say what the sandbox has and lacks, for a model:
-// InstructionsFor's text for the npm guest (NPMGuest) with no network and
+// InstructionsFor's text for the npm guest (the fallback) with no network and
 // no mounts. Tool.Instructions and the MCP server give the text for the
 // guest they run and the network and mounts they give it; Description
 // holds this one.

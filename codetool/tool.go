@@ -264,7 +264,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 
 	w := WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
 	res, err := c.s.Run(ctx, in.Code, &sandbox.RunOptions{Limits: req})
-	if errors.Is(err, sandbox.ErrSessionClosed) {
+	if errors.Is(err, sandbox.ErrClosed) {
 		// A run stopped while files were open could not be rolled back.
 		t.endLocked(conversation, c)
 	}

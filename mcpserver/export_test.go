@@ -17,5 +17,7 @@ func (s *Server) OpenSessions() int {
 	return s.nSessions
 }
 
-// Config returns the limits of a call that asks for l.
-func (s *Server) Config(l Limits) (*sandbox.RunOptions, error) { return s.config(l) }
+// Config returns the limits of a call that asks for timeout_ms and fuel.
+func (s *Server) Config(timeoutMS, fuel int64) (*sandbox.RunOptions, error) {
+	return s.config(callLimits{TimeoutMS: timeoutMS, Fuel: fuel})
+}

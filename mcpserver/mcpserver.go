@@ -216,33 +216,33 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Limits are the optional limits of a tool call. The schema's
+// callLimits are the optional limits of a tool call. The schema's
 // descriptions give the server's values (addTools).
-type Limits struct {
+type callLimits struct {
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	Fuel      int64 `json:"fuel,omitempty"`
 }
 
-// RunInput is the input of run_python.
-type RunInput struct {
+// runInput is the input of run_python.
+type runInput struct {
 	Code        string            `json:"code" jsonschema:"Python source code to run; if it ends in an expression, its value is shown"`
 	Files       map[string]string `json:"files,omitempty" jsonschema:"text files to create before the run: absolute guest path (such as /work/data.csv) to its text"`
 	BinaryFiles map[string]string `json:"binary_files,omitempty" jsonschema:"binary files to create before the run: absolute guest path to its bytes in standard base64"`
-	Limits
+	callLimits
 }
 
-// SessionRunInput is the input of session_run.
-type SessionRunInput struct {
+// sessionRunInput is the input of session_run.
+type sessionRunInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session, from session_create or session_restore"`
 	Code      string `json:"code" jsonschema:"Python source code to run in the session; if it ends in an expression, its value is shown"`
-	Limits
+	callLimits
 }
 
-// RunOutput is the structured result of run_python and session_run: what
+// runOutput is the structured result of run_python and session_run: what
 // a program reads about the run. The run's texts (stdout, stderr, the
 // value, the exception and its traceback) are in the text content only,
 // which a model reads, so that they are sent once.
-type RunOutput struct {
+type runOutput struct {
 	ExitCode  int     `json:"exit_code"`
 	Exception string  `json:"exception,omitempty" jsonschema:"the type of the exception the code raised (its message and traceback are in the text)"`
 	StoppedBy string  `json:"stopped_by,omitempty" jsonschema:"the limit that stopped the run: deadline, fuel, memory, output or stack (the guest ran out of stack)"`
@@ -252,18 +252,18 @@ type RunOutput struct {
 	Truncated []string `json:"truncated,omitempty" jsonschema:"the texts cut at the server's output limit (stdout, stderr, value, exception, error); the text says so too"`
 }
 
-// SessionRef names a session.
-type SessionRef struct {
+// sessionRef names a session.
+type sessionRef struct {
 	SessionID string `json:"session_id" jsonschema:"the session, from session_create or session_restore"`
 }
 
-// CreateInput is the input of session_create.
-type CreateInput struct {
+// createInput is the input of session_create.
+type createInput struct {
 	Env map[string]string `json:"env,omitempty" jsonschema:"the session's environment variables (PYTHONPATH entries are added to sys.path)"`
 }
 
-// FilesInput is the input of session_files.
-type FilesInput struct {
+// filesInput is the input of session_files.
+type filesInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session, from session_create or session_restore"`
 	Op        string `json:"op" jsonschema:"read a file, write a file (creating its directories) or list a directory"`
 	Path      string `json:"path" jsonschema:"absolute guest path, such as /work/chart.png"`
@@ -271,11 +271,11 @@ type FilesInput struct {
 	Encoding  string `json:"encoding,omitempty" jsonschema:"how content is written (op write): utf-8 text (the default) or base64 bytes"`
 }
 
-// FilesOutput is the structured result of session_files. A read's content
+// filesOutput is the structured result of session_files. A read's content
 // is sent once, in the content blocks a model reads: a text file as text,
 // a PNG, JPEG, GIF or WebP image as MCP image content, any other binary
 // file as its bytes in standard base64 text (Encoding says which).
-type FilesOutput struct {
+type filesOutput struct {
 	Size      *int64   `json:"size,omitempty" jsonschema:"the file's size in bytes (op read)"`
 	Encoding  string   `json:"encoding,omitempty" jsonschema:"how the file's content is sent (op read): utf-8 text, or base64 bytes (as image content for an image)"`
 	MediaType string   `json:"media_type,omitempty" jsonschema:"the file's media type, for an image (op read)"`
@@ -283,19 +283,19 @@ type FilesOutput struct {
 	Truncated bool     `json:"truncated,omitempty" jsonschema:"the content or the list was cut at the server's output limit"`
 }
 
-// SnapshotInput is the input of session_snapshot.
-type SnapshotInput struct {
+// snapshotInput is the input of session_snapshot.
+type snapshotInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session to save"`
 	Name      string `json:"name" jsonschema:"the snapshot's name: letters, digits, '-', '_' and '.'; a snapshot of that name is replaced"`
 }
 
-// RestoreInput is the input of session_restore.
-type RestoreInput struct {
+// restoreInput is the input of session_restore.
+type restoreInput struct {
 	Name string `json:"name" jsonschema:"the name a snapshot was saved under with session_snapshot"`
 }
 
-// SnapshotOutput is the result of session_snapshot.
-type SnapshotOutput struct {
+// snapshotOutput is the result of session_snapshot.
+type snapshotOutput struct {
 	Name  string `json:"name"`
 	Bytes int64  `json:"bytes"`
 }
@@ -369,7 +369,7 @@ func (s *Server) addTools() error {
 // call's. A call never raises one: an unset or larger value leaves the
 // server's, and a negative or out-of-range one is an error. The rule is
 // the sandbox's (sandbox.Limits.Lower), which every run applies again.
-func (s *Server) config(l Limits) (*sandbox.RunOptions, error) {
+func (s *Server) config(l callLimits) (*sandbox.RunOptions, error) {
 	req, err := codetool.CallLimits(l.TimeoutMS, l.Fuel)
 	if err != nil {
 		return nil, err
@@ -403,8 +403,8 @@ func (s *Server) maxImage() int { return max(1, s.opts.Limits.MaxOutput/4*3) }
 // changed under /work (at most 64), and the first 8 images among them
 // whose base64 fits MaxOutput are attached: PNG and JPEG as image content,
 // SVG as text.
-func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp.CallToolResult, RunOutput, error) {
-	var out RunOutput
+func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp.CallToolResult, runOutput, error) {
+	var out runOutput
 	if res == nil {
 		if err == nil {
 			err = errors.New("no result")
@@ -418,7 +418,7 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 			r.Truncated = append(r.Truncated, "files")
 		}
 	}
-	out = RunOutput{
+	out = runOutput{
 		ExitCode: res.ExitCode, FuelUsed: res.FuelUsed, WallMS: float64(res.Duration.Microseconds()) / 1000,
 		StoppedBy: r.StoppedBy, Truncated: r.Truncated,
 	}
@@ -533,18 +533,18 @@ func (s *Server) releaseLocked(forSession bool) {
 	s.freed = make(chan struct{})
 }
 
-func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, RunOutput, error) {
-	cfg, err := s.config(in.Limits)
+func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
+	cfg, err := s.config(in.callLimits)
 	if err != nil {
-		return nil, RunOutput{}, err
+		return nil, runOutput{}, err
 	}
 	done, err := s.acquireRun(ctx)
 	if err != nil {
-		return nil, RunOutput{}, err
+		return nil, runOutput{}, err
 	}
 	defer done()
 	if err := s.reserve(ctx, false); err != nil {
-		return nil, RunOutput{}, err
+		return nil, runOutput{}, err
 	}
 	defer s.release(false)
 	// A throw-away session: a fresh interpreter from the base image, which
@@ -554,21 +554,21 @@ func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in RunIn
 	// exception the same way.)
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(nil))
 	if err != nil {
-		return nil, RunOutput{}, err
+		return nil, runOutput{}, err
 	}
 	defer ss.Close()
 	for _, name := range slices.Sorted(maps.Keys(in.Files)) {
 		if err := writeFile(ss.Files(), name, []byte(in.Files[name])); err != nil {
-			return nil, RunOutput{}, err
+			return nil, runOutput{}, err
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(in.BinaryFiles)) {
 		data, err := decodeBase64(in.BinaryFiles[name])
 		if err != nil {
-			return nil, RunOutput{}, fmt.Errorf("binary_files[%q]: %w", trunc(name, 200), err)
+			return nil, runOutput{}, fmt.Errorf("binary_files[%q]: %w", trunc(name, 200), err)
 		}
 		if err := writeFile(ss.Files(), name, data); err != nil {
-			return nil, RunOutput{}, err
+			return nil, runOutput{}, err
 		}
 	}
 	w := codetool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
@@ -595,17 +595,17 @@ func decodeBase64(text string) ([]byte, error) {
 	return data, nil
 }
 
-func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in CreateInput) (*mcp.CallToolResult, SessionRef, error) {
+func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in createInput) (*mcp.CallToolResult, sessionRef, error) {
 	if err := s.reserve(ctx, true); err != nil {
-		return nil, SessionRef{}, err
+		return nil, sessionRef{}, err
 	}
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(in.Env))
 	if err != nil {
 		s.release(true)
-		return nil, SessionRef{}, err
+		return nil, sessionRef{}, err
 	}
 	id, err := s.add(req.Session, ss)
-	return nil, SessionRef{SessionID: id}, err
+	return nil, sessionRef{SessionID: id}, err
 }
 
 // add records a session reserved with reserve(ctx, true), owned by the
@@ -685,26 +685,26 @@ func (s *Server) get(ctx context.Context, owner *mcp.ServerSession, id string) (
 	}
 }
 
-func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in SessionRunInput) (*mcp.CallToolResult, RunOutput, error) {
-	cfg, err := s.config(in.Limits)
+func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in sessionRunInput) (*mcp.CallToolResult, runOutput, error) {
+	cfg, err := s.config(in.callLimits)
 	if err != nil {
-		return nil, RunOutput{}, err
+		return nil, runOutput{}, err
 	}
 	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
-		return nil, RunOutput{}, err
+		return nil, runOutput{}, err
 	}
 	defer unlock()
 	// The session's lock first, then a run slot: a call holding a slot
 	// never waits for a session's lock, so the two cannot deadlock.
 	done, err := s.acquireRun(ctx)
 	if err != nil {
-		return nil, RunOutput{}, err
+		return nil, runOutput{}, err
 	}
 	w := codetool.WatchFiles(ss.s.Files().FS(), outputDir, s.maxImage())
 	res, err := ss.s.Run(ctx, in.Code, cfg)
 	done()
-	if errors.Is(err, sandbox.ErrSessionClosed) {
+	if errors.Is(err, sandbox.ErrClosed) {
 		s.drop(ss)
 		w = nil
 	} else {
@@ -729,10 +729,10 @@ func (s *Server) drop(ss *session) {
 	ss.s.Close()
 }
 
-func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in FilesInput) (*mcp.CallToolResult, FilesOutput, error) {
+func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in filesInput) (*mcp.CallToolResult, filesOutput, error) {
 	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
-		return nil, FilesOutput{}, err
+		return nil, filesOutput{}, err
 	}
 	defer unlock()
 	files := ss.s.Files()
@@ -740,7 +740,7 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 	case "read":
 		data, err := files.ReadFile(in.Path)
 		if err != nil {
-			return nil, FilesOutput{}, err
+			return nil, filesOutput{}, err
 		}
 		return s.readResult(in.Path, data)
 	case "write":
@@ -749,18 +749,18 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 		case "", "utf-8":
 		case "base64":
 			if content, err = decodeBase64(in.Content); err != nil {
-				return nil, FilesOutput{}, fmt.Errorf("content: %w", err)
+				return nil, filesOutput{}, fmt.Errorf("content: %w", err)
 			}
 		default:
-			return nil, FilesOutput{}, fmt.Errorf("encoding must be utf-8 or base64, not %q", trunc(in.Encoding, 100))
+			return nil, filesOutput{}, fmt.Errorf("encoding must be utf-8 or base64, not %q", trunc(in.Encoding, 100))
 		}
-		return nil, FilesOutput{}, writeFile(files, in.Path, content)
+		return nil, filesOutput{}, writeFile(files, in.Path, content)
 	case "list":
 		entries, err := files.ReadDir(in.Path)
 		if err != nil {
-			return nil, FilesOutput{}, err
+			return nil, filesOutput{}, err
 		}
-		out := FilesOutput{Entries: []string{}}
+		out := filesOutput{Entries: []string{}}
 		size := 0
 		for _, e := range entries {
 			name := strings.ToValidUTF8(e.Name(), "\uFFFD")
@@ -775,15 +775,15 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 		}
 		return nil, out, nil
 	}
-	return nil, FilesOutput{}, fmt.Errorf("op must be read, write or list, not %q", trunc(in.Op, 100))
+	return nil, filesOutput{}, fmt.Errorf("op must be read, write or list, not %q", trunc(in.Op, 100))
 }
 
 // readResult sends a file's content once, in the content blocks: text as
 // text, an image as image content, other bytes as base64 text; each at
 // most MaxOutput bytes as sent, and a note block when it was cut.
-func (s *Server) readResult(name string, data []byte) (*mcp.CallToolResult, FilesOutput, error) {
+func (s *Server) readResult(name string, data []byte) (*mcp.CallToolResult, filesOutput, error) {
 	size := int64(len(data))
-	out := FilesOutput{Size: &size, Encoding: "utf-8"}
+	out := filesOutput{Size: &size, Encoding: "utf-8"}
 	limit := s.opts.Limits.MaxOutput
 	var block mcp.Content
 	if head := data[:min(len(data), limit+utf8.UTFMax)]; looksText(head) {
@@ -835,12 +835,12 @@ func imageType(data []byte) string {
 	return ""
 }
 
-func (s *Server) sessionClose(ctx context.Context, req *mcp.CallToolRequest, in SessionRef) (*mcp.CallToolResult, SessionRef, error) {
+func (s *Server) sessionClose(ctx context.Context, req *mcp.CallToolRequest, in sessionRef) (*mcp.CallToolResult, sessionRef, error) {
 	s.mu.Lock()
 	ss := s.sessions[in.SessionID]
 	if ss == nil || ss.owner != req.Session {
 		s.mu.Unlock()
-		return nil, SessionRef{}, noSession(in.SessionID)
+		return nil, sessionRef{}, noSession(in.SessionID)
 	}
 	s.removeLocked(in.SessionID)
 	s.mu.Unlock()
@@ -881,51 +881,51 @@ func (s *Server) snapshotPath(owner *mcp.ServerSession, name string) (dir, file 
 	return dir, filepath.Join(dir, name+".snap"), nil
 }
 
-func (s *Server) sessionSnapshot(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotOutput, error) {
+func (s *Server) sessionSnapshot(ctx context.Context, req *mcp.CallToolRequest, in snapshotInput) (*mcp.CallToolResult, snapshotOutput, error) {
 	dir, file, err := s.snapshotPath(req.Session, in.Name)
 	if err != nil {
-		return nil, SnapshotOutput{}, err
+		return nil, snapshotOutput{}, err
 	}
 	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
-		return nil, SnapshotOutput{}, err
+		return nil, snapshotOutput{}, err
 	}
 	defer unlock()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, SnapshotOutput{}, err
+		return nil, snapshotOutput{}, err
 	}
 	if err := ss.s.SnapshotFile(file); err != nil {
-		return nil, SnapshotOutput{}, err
+		return nil, snapshotOutput{}, err
 	}
 	fi, err := os.Stat(file)
 	if err != nil {
-		return nil, SnapshotOutput{}, err
+		return nil, snapshotOutput{}, err
 	}
-	return nil, SnapshotOutput{Name: in.Name, Bytes: fi.Size()}, nil
+	return nil, snapshotOutput{Name: in.Name, Bytes: fi.Size()}, nil
 }
 
-func (s *Server) sessionRestore(ctx context.Context, req *mcp.CallToolRequest, in RestoreInput) (*mcp.CallToolResult, SessionRef, error) {
+func (s *Server) sessionRestore(ctx context.Context, req *mcp.CallToolRequest, in restoreInput) (*mcp.CallToolResult, sessionRef, error) {
 	_, file, err := s.snapshotPath(req.Session, in.Name)
 	if err != nil {
-		return nil, SessionRef{}, err
+		return nil, sessionRef{}, err
 	}
 	f, err := os.Open(file)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, SessionRef{}, fmt.Errorf("no snapshot named %q", in.Name)
+		return nil, sessionRef{}, fmt.Errorf("no snapshot named %q", in.Name)
 	} else if err != nil {
-		return nil, SessionRef{}, err
+		return nil, sessionRef{}, err
 	}
 	defer f.Close()
 	if err := s.reserve(ctx, true); err != nil {
-		return nil, SessionRef{}, err
+		return nil, sessionRef{}, err
 	}
 	// ResumeSession reads no more than the session's limits imply, so a
 	// huge file in the snapshot directory costs no more than they do.
 	ss, err := s.py.ResumeSession(ctx, f, s.sessionConfig(nil))
 	if err != nil {
 		s.release(true)
-		return nil, SessionRef{}, err
+		return nil, sessionRef{}, err
 	}
 	id, err := s.add(req.Session, ss)
-	return nil, SessionRef{SessionID: id}, err
+	return nil, sessionRef{SessionID: id}, err
 }

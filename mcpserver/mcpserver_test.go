@@ -124,12 +124,12 @@ func TestCallLimitsNeverRaise(t *testing.T) {
 	defer srv.Close()
 
 	// The server's defaults apply before the call's limits are compared.
-	c, err := srv.Config(mcpserver.Limits{TimeoutMS: 9223372036854, Fuel: 1_000_000_000_000_000_000})
+	c, err := srv.Config(9223372036854, 1_000_000_000_000_000_000)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, c.Limits.Timeout)
 	assert.Equal(t, int64(sandbox.DefaultFuel), c.Limits.Fuel, "no --fuel: the call is capped by the default")
 	assert.Equal(t, sandbox.DefaultMaxOutput, c.Limits.MaxOutput)
-	c, err = srv.Config(mcpserver.Limits{TimeoutMS: 250, Fuel: 1000})
+	c, err = srv.Config(250, 1000)
 	require.NoError(t, err)
 	assert.Equal(t, 250*time.Millisecond, c.Limits.Timeout)
 	assert.Equal(t, int64(1000), c.Limits.Fuel)

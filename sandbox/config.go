@@ -110,22 +110,23 @@ func (l Limits) Lower(req Limits) (Limits, error) {
 
 // Config describes a sandbox or a session: what its runs see and may use.
 // The zero value (or nil) is a clean room: an in-memory root holding /tmp
-// and /work bounded by DefaultRootQuota, an empty environment, no network,
+// and /work bounded by the default root quota, an empty environment, no network,
 // no host functions, real clocks and the default Limits.
 type Config struct {
 	// Mounts are put at their paths, in addition to the in-memory root
 	// (or instead of it, for a mount at "/"). A session's in-memory root
 	// is part of its snapshots; mounted filesystems (volumes) are not.
 	Mounts []Mount
-	// RootQuota bounds the in-memory root; the zero value means
-	// DefaultRootQuota.
+	// RootQuota bounds the in-memory root; the zero value means 128 MiB
+	// and 10,000 files (the root lives in host memory, so it is bounded
+	// like the guest's own memory).
 	RootQuota Quota
 	// Env is the guest's whole environment (for Python, os.environ).
 	// Keys must not be empty or contain '=' or NUL. A session's holds at
 	// most 4,096 variables and 512 KiB, what a snapshot holds.
 	Env map[string]string
 	// Deterministic makes runs repeatable: the clocks start at
-	// DeterministicEpoch and advance one nanosecond per unit of fuel (plus
+	// 2024-01-01T00:00:00Z and advance one nanosecond per unit of fuel (plus
 	// the time slept), randomness comes from a generator seeded with Seed,
 	// and PYTHONHASHSEED is 0 unless Env sets it. The same program with the
 	// same input then prints the same output and uses the same fuel. In a

@@ -80,9 +80,9 @@ var driverOnly string
 // cache name covers it (baseFileName).
 var driverSource = startupSource + driverOnly
 
-// ControlPath is where a session's driver writes the outcome of each run:
+// controlPath is where a session's driver writes the outcome of each run:
 // an in-memory directory of fumehood's own. Mounts may not use it.
-const ControlPath = "/.fumehood"
+const controlPath = "/.fumehood"
 
 // driverArgs are the interpreter's arguments in a session.
 func driverArgs() []string { return []string{"python", "-u", "-B", "-c", driverSource} }
@@ -111,16 +111,16 @@ type request struct {
 func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 	var nonce [8]byte
 	rand.Read(nonce[:])
-	req := request{Code: code, N: s.runs + 1, Result: ControlPath + "/result-" + hex.EncodeToString(nonce[:]), MaxValue: maxOut}
+	req := request{Code: code, N: s.runs + 1, Result: controlPath + "/result-" + hex.EncodeToString(nonce[:]), MaxValue: maxOut}
 	if s.sendEnv {
 		req.Env = s.env
 		if req.Env == nil {
 			req.Env = map[string]string{}
 		}
 		if host := s.sb.host; host != nil {
-			req.Path = []string{path.Join(HostMountPath, hostchan.PythonPath)}
+			req.Path = []string{path.Join(hostMountPath, hostchan.PythonPath)}
 			if host.HasNetwork() {
-				req.Site = []string{path.Join(HostMountPath, hostchan.PythonSitePath)}
+				req.Site = []string{path.Join(hostMountPath, hostchan.PythonSitePath)}
 			}
 		}
 	}
@@ -143,9 +143,9 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 // quota and stop the driver from reporting the next run.
 func (s *Session) clearControl() {
 	ctl := s.sb.controlFiles()
-	entries, _ := ctl.ReadDir(ControlPath)
+	entries, _ := ctl.ReadDir(controlPath)
 	for _, e := range entries {
-		ctl.RemoveAll(path.Join(ControlPath, e.Name()))
+		ctl.RemoveAll(path.Join(controlPath, e.Name()))
 	}
 }
 

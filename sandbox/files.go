@@ -33,7 +33,7 @@ import (
 // fs.ErrPermission for a read-only mount, fs.ErrInvalid for a bad name);
 // after the sandbox or session is closed they match ErrClosed.
 //
-// fumehood's control directory (ControlPath, where a session's driver
+// fumehood's control directory (/.fumehood, where a Python run's driver
 // reports each run's outcome) is not part of Files, in any sandbox that
 // has one: it is neither listed (not by ReadDir("/"), so not by
 // fs.WalkDir) nor openable or statable (fs.ErrNotExist), and nothing can
@@ -136,7 +136,7 @@ func (f *Files) resolve(op, name string, forms int) (*wasifs.FS, string, string,
 // hasControl reports whether the sandbox mounts the control directory.
 func (f *Files) hasControl() bool {
 	for _, m := range f.sb.mounts {
-		if m.path == ControlPath {
+		if m.path == controlPath {
 			return true
 		}
 	}
@@ -146,7 +146,7 @@ func (f *Files) hasControl() bool {
 // hidden reports whether the clean guest path is out of the Files' reach:
 // the control directory or a path below it.
 func (f *Files) hidden(clean string) bool {
-	return !f.control && (clean == ControlPath || hasPrefixPath(clean, ControlPath)) && f.hasControl()
+	return !f.control && (clean == controlPath || hasPrefixPath(clean, controlPath)) && f.hasControl()
 }
 
 // within reports whether name is mount or below it, and the path relative to it.

@@ -17,25 +17,25 @@ func TestFilesHideControlOfAnySandbox(t *testing.T) {
 	ctl := afero.NewMemMapFs()
 	require.NoError(t, afero.WriteFile(ctl, "/result-1", []byte("{}"), 0o644))
 	g := &Guest{}
-	sb, err := g.newSandbox(&Config{Mounts: []Mount{{Path: ControlPath, FS: ctl}}}, true)
+	sb, err := g.newSandbox(&Config{Mounts: []Mount{{Path: controlPath, FS: ctl}}}, true)
 	require.NoError(t, err)
 	defer sb.Close()
 
 	files := sb.Files()
-	_, err = files.Stat(ControlPath + "/result-1")
+	_, err = files.Stat(controlPath + "/result-1")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
-	assert.ErrorIs(t, files.WriteFile(ControlPath+"/x", nil), fs.ErrNotExist)
-	require.NoError(t, files.RemoveAll(ControlPath+"/result-1"))
+	assert.ErrorIs(t, files.WriteFile(controlPath+"/x", nil), fs.ErrNotExist)
+	require.NoError(t, files.RemoveAll(controlPath+"/result-1"))
 
-	b, err := sb.controlFiles().ReadFile(ControlPath + "/result-1")
+	b, err := sb.controlFiles().ReadFile(controlPath + "/result-1")
 	require.NoError(t, err, "still there, and in fumehood's reach")
 	assert.Equal(t, "{}", string(b))
 
 	plain, err := g.newSandbox(nil, false)
 	require.NoError(t, err)
 	defer plain.Close()
-	require.NoError(t, plain.Files().MkdirAll(ControlPath))
-	fi, err := plain.Files().Stat(ControlPath)
+	require.NoError(t, plain.Files().MkdirAll(controlPath))
+	fi, err := plain.Files().Stat(controlPath)
 	require.NoError(t, err, "without the control mount, it is an ordinary name")
 	assert.True(t, fi.IsDir())
 }

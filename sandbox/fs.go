@@ -21,10 +21,10 @@ import (
 	"github.com/fumehood/fumehood/internal/wasifs"
 )
 
-// DefaultRootQuota bounds the in-memory root filesystem of a sandbox that
+// defaultRootQuota bounds the in-memory root filesystem of a sandbox that
 // sets no quota of its own. The root lives in host memory, so it is bounded
 // like the guest's own memory.
-var DefaultRootQuota = Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
+var defaultRootQuota = Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
 
 // DefaultMaxOpen bounds the files a guest may hold open at once in each
 // mount (and in the in-memory root): past it, opening fails with EMFILE
@@ -42,14 +42,13 @@ const DefaultMaxOpen = 1024
 // or about 60 listings at once of a 10,000-entry directory.
 const DefaultMaxListingBytes = 32 << 20
 
-// DefaultVolumeQuota is the quota the command line gives writable host
-// directories and volumes: generous, but a guest cannot fill the host's disk.
-var DefaultVolumeQuota = Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
-
 // Mount puts a filesystem at a guest path.
 type Mount struct {
 	// Path is where the guest sees the filesystem: an absolute, clean path
 	// such as "/data". A mount at "/" replaces the in-memory root.
+	// fumehood reserves /.fumehood (Python guests: where the guest reports
+	// each run's outcome), /dev/fumehood (host calls and the network) and,
+	// with the built guest, /usr (its standard library).
 	Path string
 	// FS backs the mount: afero.NewMemMapFs for scratch space, HostDir for
 	// a directory of the host, Volume for persistent storage, or any other
@@ -77,7 +76,8 @@ type Quota struct {
 
 // Volume returns a directory of the host for persistent storage, creating
 // it (and its parents) if it is missing: HostDir for a directory that may
-// not exist yet. Give its Mount a Quota, such as DefaultVolumeQuota.
+// not exist yet. Give its Mount a Quota (the command line gives 1 GiB and
+// 100,000 files).
 func Volume(dir string) (afero.Fs, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox: volume: %w", err)
@@ -121,7 +121,7 @@ type Sandbox struct {
 	fscfg  wazero.FSConfig
 	errno  errnoSink
 	host   *hostchan.Server // nil without host functions or network
-	hostFS sys.FS           // what is mounted at HostMountPath, with host
+	hostFS sys.FS           // what is mounted at hostMountPath, with host
 	ctl    afero.Fs         // a one-shot Python sandbox's control directory (oneshot_outcome.go)
 	ctlFS  *wasifs.FS       // ctl as the guest sees it
 	closed bool
@@ -160,7 +160,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	if !hasRoot {
 		q := c.RootQuota
 		if q == (Quota{}) {
-			q = DefaultRootQuota
+			q = defaultRootQuota
 		}
 		root := afero.NewMemMapFs()
 		if err := makeRoot(root); err != nil {
@@ -179,7 +179,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		// of the host-call channel a session's base image mounts, so that
 		// it is the same in the base image and in the session.
 		dev := uint64(len(mounts) + 1)
-		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == HostMountPath }) {
+		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == hostMountPath }) {
 			dev--
 		}
 		fsys, err := wasifs.NewFS(g.stdlib, wasifs.Options{ReadOnly: true, ReportErrno: s.errno.report,
@@ -187,7 +187,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: standard library: %w", err)
 		}
-		fscfg = fscfg.WithSysFSMount(fsys, StdlibPath).(sysfs.FSConfig)
+		fscfg = fscfg.WithSysFSMount(fsys, stdlibPath).(sysfs.FSConfig)
 	}
 	for i, m := range mounts {
 		// Device numbers 1, 2, ... in mount order: distinct within the
@@ -246,13 +246,13 @@ func (g *Guest) checkConfig(c *Config, session bool) (hasRoot bool, _ error) {
 		if seen[m.Path] {
 			return false, fmt.Errorf("sandbox: two mounts at %s", m.Path)
 		}
-		if m.Path == HostMountPath && !session {
+		if m.Path == hostMountPath && !session {
 			return false, fmt.Errorf("sandbox: %s is reserved for the host-call channel", m.Path)
 		}
-		if g.python && !session && (m.Path == ControlPath || hasPrefixPath(m.Path, ControlPath)) {
+		if g.python && !session && (m.Path == controlPath || hasPrefixPath(m.Path, controlPath)) {
 			return false, fmt.Errorf("sandbox: %s is reserved for fumehood's control directory", m.Path)
 		}
-		if g.stdlib != nil && (m.Path == StdlibPath || hasPrefixPath(m.Path, StdlibPath)) {
+		if g.stdlib != nil && (m.Path == stdlibPath || hasPrefixPath(m.Path, stdlibPath)) {
 			return false, fmt.Errorf("sandbox: %s is reserved for the Python guest's standard library", m.Path)
 		}
 		seen[m.Path] = true

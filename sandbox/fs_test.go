@@ -286,7 +286,7 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	vol, err := sandbox.Volume(dir)
 	require.NoError(t, err)
-	s, err := sandboxtest.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.DefaultVolumeQuota}}})
+	s, err := sandboxtest.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}}}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), "open('/data/kept', 'w').write('yes')", nil)

@@ -52,7 +52,9 @@ var ErrInvalidModule = errors.New("sandbox: invalid guest module")
 // ErrNotPython reports a call that needs the Python guest on another guest.
 var ErrNotPython = errors.New("sandbox: not the Python guest")
 
-// ErrClosed reports use of a closed Guest or Sandbox.
+// ErrClosed reports use of a closed Guest, Sandbox or Session, or of a
+// session that a failed run could not roll back (the error then wraps the
+// reason too).
 var ErrClosed = errors.New("sandbox: closed")
 
 // Options configure how a guest is compiled. The zero value uses the
@@ -99,7 +101,7 @@ type Guest struct {
 	cacheDir   string                   // where base images are kept between processes
 	prefetched atomic.Pointer[prefetch] // the default layout's base image, being read
 	pyInfo     PythonInfo               // which Python guest (zero if not Python)
-	stdlib     afero.Fs                 // the built guest's standard library, mounted at StdlibPath
+	stdlib     afero.Fs                 // the built guest's standard library, mounted at stdlibPath
 
 	closeOnce sync.Once
 	closeErr  error
@@ -126,10 +128,10 @@ const GuestEnv = "FUMEHOOD_GUEST"
 // no Python guest.
 var ErrUnknownGuest = errors.New("sandbox: unknown Python guest")
 
-// StdlibPath is where a sandbox of the built guest mounts its standard
+// stdlibPath is where a sandbox of the built guest mounts its standard
 // library, read-only and shared by every sandbox of the process. Mounts may
 // not use it.
-const StdlibPath = cpython.StdlibMountPath
+const stdlibPath = cpython.StdlibMountPath
 
 // PythonInfo says which Python guest a Guest is.
 type PythonInfo struct {

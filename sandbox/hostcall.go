@@ -8,13 +8,13 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 )
 
-// HostMountPath is where a sandbox with host functions or a network policy
+// hostMountPath is where a sandbox with host functions or a network policy
 // mounts the host-call channel and the Python module fumehood: the channel
-// file is HostMountPath/call, the module is in HostMountPath/lib, which runs
-// of Python code get on their PYTHONPATH (with HostMountPath/site, whose
+// file is hostMountPath/call, the module is in hostMountPath/lib, which runs
+// of Python code get on their PYTHONPATH (with hostMountPath/site, whose
 // sitecustomize routes urllib and http.client through the network policy,
 // when the sandbox has one).
-const HostMountPath = "/dev/fumehood"
+const hostMountPath = "/dev/fumehood"
 
 // mountHost mounts the channel of a sandbox that has host functions or a
 // network policy.
@@ -29,14 +29,14 @@ func (s *Sandbox) mountHost(c *Config, fscfg sysfs.FSConfig) (sysfs.FSConfig, er
 	}
 	srv.ReportErrno(s.errno.report) // EMFILE past hostchan.MaxOpen
 	s.host, s.hostFS = srv, srv.FS()
-	pp := path.Join(HostMountPath, hostchan.PythonPath)
+	pp := path.Join(hostMountPath, hostchan.PythonPath)
 	if srv.HasNetwork() {
 		// sitecustomize routes urllib and http.client through the policy.
-		pp += ":" + path.Join(HostMountPath, hostchan.PythonSitePath)
+		pp += ":" + path.Join(hostMountPath, hostchan.PythonSitePath)
 	}
 	if old := c.Env["PYTHONPATH"]; old != "" {
 		pp += ":" + old
 	}
 	s.pyEnv = withEnv(c.Env, "PYTHONPATH", pp)
-	return fscfg.WithSysFSMount(s.hostFS, HostMountPath).(sysfs.FSConfig), nil
+	return fscfg.WithSysFSMount(s.hostFS, hostMountPath).(sysfs.FSConfig), nil
 }

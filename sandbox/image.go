@@ -270,7 +270,7 @@ func baseFileName(cacheDir, guest string, layout []snapshot.Mount) string {
 }
 
 // defaultLayout is the mount layout of a session with no mounts.
-var defaultLayout = []snapshot.Mount{{Path: "/", InMemory: true}, {Path: ControlPath}}
+var defaultLayout = []snapshot.Mount{{Path: "/", InMemory: true}, {Path: controlPath}}
 
 // prefetch reads and decodes a cached base image on its own goroutine, so
 // that a process which compiles the guest and resumes a session (the
@@ -398,7 +398,7 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 			if err != nil {
 				return err
 			}
-			return fs.Chtimes(p, DeterministicEpoch, DeterministicEpoch)
+			return fs.Chtimes(p, deterministicEpoch, deterministicEpoch)
 		}); err != nil {
 			return nil, err
 		}

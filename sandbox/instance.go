@@ -74,7 +74,7 @@ func (in *instance) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if in.resultAt != "" {
-		if _, err := in.ctl.Stat(strings.TrimPrefix(in.resultAt, ControlPath)); err != nil {
+		if _, err := in.ctl.Stat(strings.TrimPrefix(in.resultAt, controlPath)); err != nil {
 			// The run's code reads stdin.
 			if in.userIn == nil {
 				return 0, io.EOF
@@ -214,7 +214,7 @@ func (c *sessionClock) walltime() (int64, int32) {
 	if r := c.current(); r != nil && r.walltime != nil {
 		return r.walltime()
 	}
-	return DeterministicEpoch.Unix(), 0
+	return deterministicEpoch.Unix(), 0
 }
 
 func (c *sessionClock) nanotime() int64 {

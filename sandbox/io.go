@@ -116,8 +116,8 @@ func sleeper(ctx context.Context, slept *time.Duration) sys.Nanosleep {
 	}
 }
 
-// DeterministicEpoch is the wall clock's start in deterministic mode.
-var DeterministicEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+// deterministicEpoch is the wall clock's start in deterministic mode.
+var deterministicEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // deterministicClock is a clock that advances with the fuel the run has
 // used (one nanosecond per unit) and the time it asked to sleep, so that
@@ -134,7 +134,7 @@ type deterministicClock struct {
 func (c *deterministicClock) elapsed() int64 { return c.offset + c.r.fuelUsed() + int64(c.slept) }
 
 func (c *deterministicClock) walltime() (int64, int32) {
-	t := DeterministicEpoch.Add(time.Duration(c.elapsed()))
+	t := deterministicEpoch.Add(time.Duration(c.elapsed()))
 	return t.Unix(), int32(t.Nanosecond())
 }
 

@@ -291,18 +291,6 @@ func TestGoGuestLimits(t *testing.T) {
 	assert.Equal(t, int64(5000), res.StdoutBytes)
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"4096": 4096, "64K": 64 << 10, "256MiB": 256 << 20, "1.5GB": 1_500_000_000, "2G": 2 << 30, "10MB": 10_000_000} {
-		got, err := sandbox.ParseSize(in)
-		require.NoError(t, err, in)
-		assert.Equal(t, want, got, in)
-	}
-	for _, bad := range []string{"", "abc", "-5M", "12XB", "NaN", "1e30G"} {
-		_, err := sandbox.ParseSize(bad)
-		assert.Error(t, err, bad)
-	}
-}
-
 // A deterministic run must not depend on what the process did before: it
 // once did, through the device numbers file systems got from a process-wide
 // counter (CPython allocates ints past 256, which costs fuel).

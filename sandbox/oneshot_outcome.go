@@ -17,7 +17,7 @@ import (
 
 // One-shot Python runs (Guest.Run, Sandbox.Run) report a Python exception
 // as session runs do: the runner (runner.py) writes it to the sandbox's
-// control directory, an in-memory mount at ControlPath of fumehood's own,
+// control directory, an in-memory mount at controlPath of fumehood's own,
 // in the session driver's file format, at a path fresh for each run; the
 // host reads it with readOutcome. The runner still prints the traceback on
 // stderr, as python does, and exits with status 1.
@@ -45,7 +45,7 @@ func (s *Sandbox) mountControl(fscfg sysfs.FSConfig, dev uint64) (sysfs.FSConfig
 		return nil, err
 	}
 	s.ctl, s.ctlFS = ctl, fsys
-	return fscfg.WithSysFSMount(fsys, ControlPath).(sysfs.FSConfig), nil
+	return fscfg.WithSysFSMount(fsys, controlPath).(sysfs.FSConfig), nil
 }
 
 // outcomePath returns the path, as the guest sees it, at which a run's
@@ -59,7 +59,7 @@ func (s *Sandbox) outcomePath() string {
 	clearControlFS(s.ctlFS, ".")
 	var nonce [8]byte
 	rand.Read(nonce[:])
-	return ControlPath + "/result-" + hex.EncodeToString(nonce[:])
+	return controlPath + "/result-" + hex.EncodeToString(nonce[:])
 }
 
 // takeOutcome completes a one-shot run's Result (res, err, as the run
@@ -80,7 +80,7 @@ func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Re
 		!errors.As(err, &exit) || exit.Code != 1 {
 		return res, err
 	}
-	out, rerr := readOutcome(s.ctl, strings.TrimPrefix(at, ControlPath), limit)
+	out, rerr := readOutcome(s.ctl, strings.TrimPrefix(at, controlPath), limit)
 	if rerr != nil || out.Exception == nil {
 		return res, err
 	}

@@ -22,9 +22,6 @@ var (
 	// ErrNoSessions reports NewSession or ResumeSession on a guest compiled
 	// without Options.Sessions.
 	ErrNoSessions = errors.New("sandbox: the guest was not compiled for sessions (set Options.Sessions)")
-	// ErrSessionClosed reports use of a closed session, or of one that a
-	// failed run could not roll back.
-	ErrSessionClosed = errors.New("sandbox: session is closed")
 	// ErrOpenFiles reports a snapshot, fork or hibernation refused, or a
 	// resume or fork that failed, because of a descriptor the guest holds
 	// open that cannot be opened again (a file deleted while open, say).
@@ -125,7 +122,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 		return nil, err
 	}
 	for _, m := range c.Mounts {
-		if m.Path == ControlPath || hasPrefixPath(m.Path, ControlPath) {
+		if m.Path == controlPath || hasPrefixPath(m.Path, controlPath) {
 			return nil, fmt.Errorf("sandbox: mount path %s is reserved for the session driver", m.Path)
 		}
 	}
@@ -134,7 +131,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	if !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == "/" }) {
 		q := c.RootQuota
 		if q == (Quota{}) {
-			q = DefaultRootQuota
+			q = defaultRootQuota
 		}
 		root = afero.NewMemMapFs()
 		if fill != nil {
@@ -147,7 +144,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
 	ctl := afero.NewMemMapFs()
-	mounts = append(mounts, Mount{Path: ControlPath, FS: ctl, Quota: Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
+	mounts = append(mounts, Mount{Path: controlPath, FS: ctl, Quota: Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
 	sb, err := g.newSandbox(&Config{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger, Limits: c.Limits, TotalFuel: c.TotalFuel}, true)
 	if err != nil {
 		return nil, err
@@ -158,7 +155,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	}
 	if sb.host != nil {
 		// The host-call channel is mounted after the others.
-		s.layout = append(s.layout, snapshot.Mount{Path: HostMountPath, ReadOnly: true})
+		s.layout = append(s.layout, snapshot.Mount{Path: hostMountPath, ReadOnly: true})
 	}
 	if c.Deterministic {
 		s.rand = seededRand(c.Seed)
@@ -257,7 +254,7 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	s.runs++
 	var out *Result
 	if runErr == nil {
-		if out, err = readOutcome(s.ctl, strings.TrimPrefix(req.Result, ControlPath), r.limits.MaxOutput); err != nil {
+		if out, err = readOutcome(s.ctl, strings.TrimPrefix(req.Result, controlPath), r.limits.MaxOutput); err != nil {
 			runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", err)
 		}
 	}
@@ -378,7 +375,7 @@ func (s *Session) closeLocked(reason error) {
 
 func (s *Session) closedErr() error {
 	if s.reason != nil {
-		return fmt.Errorf("%w: %w", ErrSessionClosed, s.reason)
+		return fmt.Errorf("%w: %w", ErrClosed, s.reason)
 	}
-	return ErrSessionClosed
+	return ErrClosed
 }

@@ -367,7 +367,7 @@ func TestSessionHibernate(t *testing.T) {
 	run(t, s, "held.close()")
 	require.NoError(t, s.Hibernate())
 	require.NoError(t, s.Close())
-	assert.ErrorIs(t, s.Hibernate(), sandbox.ErrSessionClosed)
+	assert.ErrorIs(t, s.Hibernate(), sandbox.ErrClosed)
 }
 
 func TestSessionCloseStopsARun(t *testing.T) {
@@ -396,7 +396,7 @@ func TestSessionCloseStopsARun(t *testing.T) {
 		t.Fatal("Close did not stop the run")
 	}
 	_, err := s.Run(context.Background(), "1", nil)
-	assert.ErrorIs(t, err, sandbox.ErrSessionClosed)
+	assert.ErrorIs(t, err, sandbox.ErrClosed)
 }
 
 // writerFunc is an io.Writer made of a function.

@@ -263,7 +263,7 @@ func resumeLimits(c *Config) (snapshot.Limits, error) {
 	}
 	lim := snapshot.Limits{MaxMemory: uint64(limits.Memory), MaxFileBytes: c.RootQuota.MaxBytes, MaxFiles: c.RootQuota.MaxFiles}
 	if c.RootQuota.MaxBytes == 0 && c.RootQuota.MaxFiles == 0 {
-		lim.MaxFileBytes, lim.MaxFiles = DefaultRootQuota.MaxBytes, DefaultRootQuota.MaxFiles
+		lim.MaxFileBytes, lim.MaxFiles = defaultRootQuota.MaxBytes, defaultRootQuota.MaxFiles
 	}
 	if lim.MaxFileBytes == 0 {
 		lim.MaxFileBytes = 1 << 40

@@ -64,21 +64,21 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions must be positive"}
 	}
 	if *memory != "" {
-		n, err := sandbox.ParseSize(*memory)
+		n, err := parseSize(*memory)
 		if err != nil {
 			return &usageError{err.Error()}
 		}
 		opts.Limits.Memory = n
 	}
 	if *maxOutput != "" {
-		n, err := sandbox.ParseSize(*maxOutput)
+		n, err := parseSize(*maxOutput)
 		if err != nil || n <= 0 || n > math.MaxInt32 {
 			return &usageError{fmt.Sprintf("invalid --max-output %q", *maxOutput)}
 		}
 		opts.Limits.MaxOutput = int(n)
 	}
 	if *budget != "" {
-		n, err := sandbox.ParseSize(*budget)
+		n, err := parseSize(*budget)
 		if err != nil || n <= 0 {
 			return &usageError{fmt.Sprintf("invalid --memory-budget %q", *budget)}
 		}

@@ -97,7 +97,7 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			// The traceback is on stderr already.
 		case errors.As(err, &exit) && res != nil && res.Stop == sandbox.StopExit:
 			return exit.Code, nil // exit() or SystemExit
-		case errors.Is(err, sandbox.ErrSessionClosed):
+		case errors.Is(err, sandbox.ErrClosed):
 			return exitFailure, err
 		default:
 			code, werr := exitStatus(res, err)

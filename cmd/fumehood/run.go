@@ -33,6 +33,11 @@ func (e envFlag) Set(s string) error {
 	return nil
 }
 
+// volumeQuota is the quota the command line gives writable host
+// directories and volumes: generous, but a guest cannot fill the host's
+// disk.
+var volumeQuota = sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
+
 // mountFlags collects --mount and --volume flags.
 type mountFlags []sandbox.Mount
 
@@ -82,7 +87,7 @@ func (m *mountFlags) add(volume bool) func(string) error {
 		}
 		mt := sandbox.Mount{Path: path.Clean(guest), FS: fsys, ReadOnly: readOnly}
 		if !readOnly {
-			mt.Quota = sandbox.DefaultVolumeQuota
+			mt.Quota = volumeQuota
 		}
 		*m = append(*m, mt)
 		return nil
@@ -154,14 +159,14 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.
 		return nil, lim, &usageError{"--fuel must not be negative"}
 	}
 	if *c.memory != "" {
-		n, err := sandbox.ParseSize(*c.memory)
+		n, err := parseSize(*c.memory)
 		if err != nil {
 			return nil, lim, &usageError{err.Error()}
 		}
 		lim.Memory = n
 	}
 	if *c.maxOutput != "" {
-		n, err := sandbox.ParseSize(*c.maxOutput)
+		n, err := parseSize(*c.maxOutput)
 		if err != nil || n <= 0 || n > math.MaxInt32 {
 			return nil, lim, &usageError{fmt.Sprintf("invalid --max-output %q", *c.maxOutput)}
 		}

@@ -1,0 +1,4 @@
+package codetool
+
+// NPMGuest is npmGuest, for the external tests.
+var NPMGuest = npmGuest

@@ -1,0 +1,11 @@
+package sandbox
+
+// Unexported names the external tests (package sandbox_test) check
+// against.
+const (
+	ControlPath   = controlPath
+	HostMountPath = hostMountPath
+)
+
+// DefaultRootQuota is the in-memory root's quota when a Config sets none.
+var DefaultRootQuota = defaultRootQuota
