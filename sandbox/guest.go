@@ -186,68 +186,18 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	var (
-		wasm    []byte
-		info    PythonInfo
-		stdlib  afero.Fs
-		version = npm.Version
-		// done releases wasm when it is a mapping of the cache (a one-shot
-		// build loaded without installing: what the CLI's run does).
-		done   func() error
-		mapped = !opts.Sessions && !opts.Install
-	)
+	// A one-shot build loaded without installing (what the CLI's run
+	// does) is a mapping of the cache.
+	mapped := !opts.Sessions && !opts.Install
+	load := loadNPM
 	if kind == GuestBuilt {
-		copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
-		var built cpython.Info
-		if opts.Sessions {
-			load := cpython.LoadSession
-			if opts.Install {
-				load = cpython.EnsureSession
-			}
-			var s cpython.Session
-			wasm, built, s, err = load(ctx, copts)
-			info.SHA256 = s.SHA256
-		} else if mapped {
-			wasm, built, done, err = cpython.Open(ctx, copts)
-			info.SHA256 = built.PreparedSHA256
-		} else {
-			wasm, built, err = cpython.Load(ctx, copts)
-			info.SHA256 = built.PreparedSHA256
-		}
-		if err != nil {
-			return nil, err
-		}
-		if stdlib, err = cpython.StdlibFS(ctx, copts); err != nil {
-			if done != nil {
-				done()
-			}
-			return nil, err
-		}
-		version = built.Python
-	} else {
-		popts := &npm.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
-		load := npm.Load
-		if opts.Install {
-			load = npm.Ensure
-		}
-		if opts.Sessions {
-			load = npm.LoadSession
-			if opts.Install {
-				load = npm.EnsureSession
-			}
-		}
-		var build npm.Build
-		if mapped {
-			wasm, build, done, err = npm.Open(ctx, popts)
-		} else {
-			wasm, build, err = load(ctx, popts)
-		}
-		if err != nil {
-			return nil, err
-		}
-		info.SHA256 = build.SHA256
+		load = loadBuilt
 	}
-	info.Guest, info.Version, info.Sessions = kind, version, opts.Sessions
+	l, err := load(ctx, opts, mapped)
+	if err != nil {
+		return nil, err
+	}
+	info := PythonInfo{Guest: kind, Version: l.version, SHA256: l.sha256, Sessions: opts.Sessions}
 	var pre *prefetch
 	if opts.Sessions {
 		if dir, err := npm.CacheDir(opts.CacheDir); err == nil {
@@ -255,16 +205,16 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		}
 	}
 	// The prepared guest is fuel-instrumented by the pipeline (npm.Steps).
-	g, err := compileMapped(ctx, wasm, opts, done)
+	g, err := compileMapped(ctx, l.wasm, opts, l.done)
 	if err != nil {
 		return nil, err
 	}
 	g.python = true
 	g.id = info.SHA256
 	g.pyInfo = info
-	g.stdlib = stdlib
+	g.stdlib = l.stdlib
 	if opts.Sessions {
-		if err := g.sessionGlobals(wasm); err != nil {
+		if err := g.sessionGlobals(l.wasm); err != nil {
 			g.Close()
 			return nil, err
 		}
@@ -272,6 +222,72 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		g.prefetched.Store(pre)
 	}
 	return g, nil
+}
+
+// loaded is a Python guest's binary as its provider gave it.
+type loaded struct {
+	wasm    []byte
+	sha256  string
+	version string
+	stdlib  afero.Fs     // the built guest's standard library; nil for the npm guest
+	done    func() error // releases wasm when it is a mapping of the cache
+}
+
+// loadBuilt loads the built guest (its session build with
+// opts.Sessions), installing it with opts.Install; mapped maps the
+// one-shot build from the cache instead of reading it.
+func loadBuilt(ctx context.Context, opts *Options, mapped bool) (l loaded, err error) {
+	copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
+	var built cpython.Info
+	if opts.Sessions {
+		load := cpython.LoadSession
+		if opts.Install {
+			load = cpython.EnsureSession
+		}
+		var s cpython.Session
+		l.wasm, built, s, err = load(ctx, copts)
+		l.sha256 = s.SHA256
+	} else if mapped {
+		l.wasm, built, l.done, err = cpython.Open(ctx, copts)
+		l.sha256 = built.PreparedSHA256
+	} else {
+		l.wasm, built, err = cpython.Load(ctx, copts)
+		l.sha256 = built.PreparedSHA256
+	}
+	if err != nil {
+		return l, err
+	}
+	if l.stdlib, err = cpython.StdlibFS(ctx, copts); err != nil {
+		if l.done != nil {
+			l.done()
+		}
+		return l, err
+	}
+	l.version = built.Python
+	return l, nil
+}
+
+// loadNPM loads the npm guest as loadBuilt loads the built one.
+func loadNPM(ctx context.Context, opts *Options, mapped bool) (l loaded, err error) {
+	popts := &npm.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
+	load := npm.Load
+	if opts.Install {
+		load = npm.Ensure
+	}
+	if opts.Sessions {
+		load = npm.LoadSession
+		if opts.Install {
+			load = npm.EnsureSession
+		}
+	}
+	var build npm.Build
+	if mapped {
+		l.wasm, build, l.done, err = npm.Open(ctx, popts)
+	} else {
+		l.wasm, build, err = load(ctx, popts)
+	}
+	l.sha256, l.version = build.SHA256, npm.Version
+	return l, err
 }
 
 // Compile compiles a WASI preview 1 program. The module may import only
