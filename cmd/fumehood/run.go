@@ -347,12 +347,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 // (whose traceback is on stderr already).
 func exitStatus(res *sandbox.Result, err error) (int, error) {
 	if res == nil {
+		// No run: invalid arguments or a closed guest (a run stopped by
+		// a limit, even before it started, has a Result).
 		if err == nil {
 			return 0, nil
-		}
-		// The run did not start, so there is no Result.Stop.
-		if code, words, _ := stopped(notStarted(err)); words != "" {
-			return code, errors.New(words)
 		}
 		return exitFailure, err
 	}
@@ -389,24 +387,6 @@ func stopped(stop sandbox.StopReason) (code int, words string, limit bool) {
 		return exitStack, stackWords, false
 	}
 	return exitFailure, "", false
-}
-
-// notStarted is the stop of a run that did not start (with no Result),
-// from its error.
-func notStarted(err error) sandbox.StopReason {
-	switch {
-	case errors.Is(err, sandbox.ErrFuelExhausted):
-		return sandbox.StopFuel
-	case errors.Is(err, context.DeadlineExceeded):
-		return sandbox.StopDeadline
-	case errors.Is(err, sandbox.ErrMemoryLimit):
-		return sandbox.StopMemory
-	case errors.Is(err, sandbox.ErrOutputLimit):
-		return sandbox.StopOutput
-	case errors.Is(err, context.Canceled):
-		return sandbox.StopCanceled
-	}
-	return sandbox.StopError
 }
 
 // stats is the JSON line --stats prints.
