@@ -9,6 +9,8 @@
 //	fumehood run --resume FILE --snapshot FILE -c CODE
 //	                                         run code in a session saved across processes
 //	fumehood repl [--resume FILE]            an interactive session (:snapshot FILE saves it)
+//	fumehood exec [flags] FILE.wasm [ARGS...]
+//	                                         run a WASI preview 1 program under the same limits
 //	fumehood mcp [--http ADDR]               an MCP server (stdio, or streamable HTTP)
 //	fumehood guest install [--session]       fetch, verify and prepare the npm Python guest
 //	fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
@@ -69,6 +71,8 @@ Usage:
   fumehood run --resume FILE --snapshot FILE -c CODE
                                            run code in a session saved across processes
   fumehood repl [--resume FILE]            an interactive Python session (:snapshot FILE saves it)
+  fumehood exec [flags] FILE.wasm [ARGS...]
+                                           run a WASI preview 1 program, under the same limits
   fumehood mcp [--http ADDR]               serve run_python and sessions to MCP clients
   fumehood guest install [--session]       fetch, verify and prepare the npm Python guest (3.12)
   fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
@@ -77,7 +81,7 @@ Usage:
   fumehood guest export FILE               write the built guest to one file
   fumehood guest import FILE               verify a file guest export wrote and install it
 
-Run 'fumehood run -h' for the flags of run and repl.
+Run 'fumehood run -h' for the flags of run, exec and repl.
 `
 
 // usageError is a mistake in the command line.
@@ -110,6 +114,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdRun(ctx, args[1:], stdin, stdout, stderr)
 	case "repl":
 		code, err = cmdRepl(ctx, args[1:], stdin, stdout, stderr)
+	case "exec":
+		code, err = cmdExec(ctx, args[1:], stdin, stdout, stderr)
 	case "mcp":
 		err = cmdMCP(ctx, args[1:], stdin, stdout, stderr)
 	case "guest":
