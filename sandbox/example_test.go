@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -90,24 +91,9 @@ func ExampleGuest_NewSession() {
 		fmt.Println(exc.Type, "-", exc.Message)
 	}
 
-	// Pause to bytes, resume (here or in another process), fork.
-	var snap bytes.Buffer
-	if err := s.Snapshot(&snap); err != nil {
-		fmt.Println(err)
-		return
-	}
-	r, err := py.ResumeSession(ctx, &snap, nil)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer r.Close()
-	res, _ = r.Run(ctx, "x * 2", nil)
-	fmt.Println(res.Value)
 	// Output:
 	// 42
 	// ZeroDivisionError - division by zero
-	// 82
 }
 
 func ExampleFiles() {
@@ -165,4 +151,153 @@ open("/work/out/total.txt", "w").write(str(sum(int(r["qty"]) for r in rows)))
 	// total: 8
 	// work/in/orders.csv
 	// work/out/total.txt
+}
+
+func ExampleLimits() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close()
+
+	// The sandbox's Limits are a ceiling: a run may ask for less, never more.
+	sb, err := py.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{
+		Timeout: 10 * time.Second,
+		Fuel:    2_000_000_000, // WebAssembly instructions: a deterministic CPU budget
+		Memory:  128 << 20,
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	res, err := sb.Run(ctx, "while True: pass", &sandbox.RunOptions{
+		Limits: sandbox.Limits{Fuel: 50_000_000, Timeout: time.Hour}, // the hour is not granted
+	})
+	fmt.Println(errors.Is(err, sandbox.ErrFuelExhausted), res.Stop, res.Stop.Limit())
+	fmt.Println(res.FuelUsed >= 50_000_000)
+	// Output:
+	// true fuel true
+	// true
+}
+
+func ExampleSession_Snapshot() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close()
+
+	s, err := py.NewSession(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	s.Run(ctx, "import json\nstate = {'step': 1}", nil)
+
+	// Pause the interpreter to bytes (a file, a database row, a request
+	// body) and close it; nothing of it stays in this process.
+	var snap bytes.Buffer
+	if err := s.Snapshot(&snap); err != nil {
+		fmt.Println(err)
+		return
+	}
+	s.Close()
+
+	// Later, here or in another process with the same guest: resume.
+	r, err := py.ResumeSession(ctx, &snap, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer r.Close()
+	res, _ := r.Run(ctx, "state['step'] += 1\njson.dumps(state)", nil)
+	fmt.Println(res.Value)
+	// Output: '{"step": 2}'
+}
+
+func ExampleSession_Fork() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close()
+
+	s, err := py.NewSession(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	s.Run(ctx, "plan = ['fetch']", nil)
+
+	// A fork is an independent copy: try two continuations from one state.
+	f, err := s.Fork(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer f.Close()
+	f.Run(ctx, "plan.append('retry')", nil)
+	s.Run(ctx, "plan.append('give up')", nil)
+
+	a, _ := s.Run(ctx, "plan", nil)
+	b, _ := f.Run(ctx, "plan", nil)
+	fmt.Println(a.Value)
+	fmt.Println(b.Value)
+	// Output:
+	// ['fetch', 'give up']
+	// ['fetch', 'retry']
+}
+
+func ExampleConfig_hostCalls() {
+	ctx := context.Background()
+	py, err := sandbox.CompilePython(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer py.Close()
+
+	// Guest code may call these Go functions, and nothing else of the host.
+	type args struct{ City string }
+	sb, err := py.NewSandbox(&sandbox.Config{HostCalls: &hostcall.Config{Funcs: map[string]hostcall.Handler{
+		"temperature": hostcall.Func(func(ctx context.Context, a args) (float64, error) {
+			if a.City != "Paris" {
+				return 0, fmt.Errorf("no station in %q", a.City)
+			}
+			return 21.5, nil
+		}),
+	}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+
+	res, err := sb.Run(ctx, `
+import fumehood
+print(fumehood.call("temperature", City="Paris"))
+try:
+    fumehood.call("temperature", City="Oslo")
+except fumehood.CallError as e:
+    print(e)
+`, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s", res.Stdout)
+	fmt.Println("calls:", res.HostCalls)
+	// Output:
+	// 21.5
+	// no station in "Oslo"
+	// calls: 2
 }
