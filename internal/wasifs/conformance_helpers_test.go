@@ -1,4 +1,4 @@
-// Package wasitest checks that a wasifs.FS over a given kind of afero.Fs
+// The conformance battery: testFS checks that a wasifs.FS over a given kind of afero.Fs
 // behaves as wazero and a POSIX guest expect, in the spirit of
 // testing/fstest.TestFS.
 package wasifs_test
