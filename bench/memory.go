@@ -122,7 +122,7 @@ func memoryChild(ctx context.Context, kind string, n int) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for range n {
-		sb, err := g.NewSandbox(nil)
+		sb, err := g.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{Timeout: -1}}) // held until measured
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func memoryChild(ctx context.Context, kind string, n int) error {
 		go func() {
 			defer wg.Done()
 			_, err := sb.Run(ctx, "import sys; print('ready'); sys.stdin.buffer.read(1)",
-				&sandbox.RunOptions{Stdin: pr, Stdout: rw, Limits: sandbox.Limits{Timeout: -1}})
+				&sandbox.RunOptions{Stdin: pr, Stdout: rw})
 			if err != nil {
 				errs <- err
 			}
