@@ -138,17 +138,6 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 	return req, body, err
 }
 
-// clearControl empties the control directory: the outcome just read, and
-// anything the guest's code put there, which could otherwise fill its
-// quota and stop the driver from reporting the next run.
-func (s *Session) clearControl() {
-	ctl := s.sb.controlFiles()
-	entries, _ := ctl.ReadDir(controlPath)
-	for _, e := range entries {
-		ctl.RemoveAll(path.Join(controlPath, e.Name()))
-	}
-}
-
 // maxEnvBytes bounds a session's environment, keys and values: half of
 // what a snapshot's header may hold.
 const maxEnvBytes = snapshot.MaxHeader / 2

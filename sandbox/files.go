@@ -34,8 +34,8 @@ import (
 // after the sandbox or session is closed they match ErrClosed.
 //
 // fumehood's control directory (/.fumehood, where a Python run's driver
-// reports each run's outcome) is not part of Files, in any sandbox that
-// has one: it is neither listed (not by ReadDir("/"), so not by
+// reports each run's outcome) is not part of Files, in a session or a
+// Python sandbox: it is neither listed (not by ReadDir("/"), so not by
 // fs.WalkDir) nor openable or statable (fs.ErrNotExist), and nothing can
 // be written or removed there (fs.ErrNotExist; RemoveAll, for which a
 // missing name is not an error, does nothing).
@@ -45,8 +45,6 @@ import (
 // several goroutines at once.
 type Files struct {
 	sb *Sandbox
-	// control lets fumehood's own code reach the control directory.
-	control bool
 }
 
 // Files returns the sandbox's filesystem, for the host to read and write
@@ -58,10 +56,6 @@ func (s *Sandbox) Files() *Files { return &Files{sb: s} }
 // a run writes is there for the next, and what the host writes before a
 // run is there for it.
 func (s *Session) Files() *Files { return s.sb.Files() }
-
-// controlFiles returns the sandbox's filesystem with its control directory
-// in reach, for fumehood's own use.
-func (s *Sandbox) controlFiles() *Files { return &Files{sb: s, control: true} }
 
 // FS returns the files as an io/fs file system: it implements fs.FS,
 // fs.ReadFileFS, fs.ReadDirFS and fs.StatFS, and takes io/fs names:
@@ -133,20 +127,10 @@ func (f *Files) resolve(op, name string, forms int) (*wasifs.FS, string, string,
 	return bad(fs.ErrNotExist)
 }
 
-// hasControl reports whether the sandbox mounts the control directory.
-func (f *Files) hasControl() bool {
-	for _, m := range f.sb.mounts {
-		if m.path == controlPath {
-			return true
-		}
-	}
-	return false
-}
-
 // hidden reports whether the clean guest path is out of the Files' reach:
 // the control directory or a path below it.
 func (f *Files) hidden(clean string) bool {
-	return !f.control && (clean == controlPath || hasPrefixPath(clean, controlPath)) && f.hasControl()
+	return f.sb.ctl != nil && (clean == controlPath || hasPrefixPath(clean, controlPath))
 }
 
 // within reports whether name is mount or below it, and the path relative to it.

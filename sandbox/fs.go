@@ -122,7 +122,7 @@ type Sandbox struct {
 	errno  errnoSink
 	host   *hostchan.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at hostMountPath, with host
-	ctl    afero.Fs         // a one-shot Python sandbox's control directory (oneshot_outcome.go)
+	ctl    afero.Fs         // the control directory of a session or a one-shot Python sandbox; nil for none
 	ctlFS  *wasifs.FS       // ctl as the guest sees it
 	closed bool
 
@@ -204,6 +204,9 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		}
 		fscfg = fscfg.WithSysFSMount(fsys, m.Path).(sysfs.FSConfig)
 		s.mounts = append(s.mounts, mounted{path: m.Path, fs: fsys})
+		if session && m.Path == controlPath {
+			s.ctl, s.ctlFS = m.FS, fsys // the session driver's control directory
+		}
 	}
 	s.order = append([]mounted(nil), s.mounts...)
 	fscfg, err = s.mountHost(&c, fscfg)

@@ -56,7 +56,7 @@ func (s *Sandbox) outcomePath() string {
 	if s.ctl == nil {
 		return ""
 	}
-	clearControlFS(s.ctlFS, ".")
+	s.clearControl()
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	return controlPath + "/result-" + hex.EncodeToString(nonce[:])
@@ -74,7 +74,7 @@ func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Re
 	if s.ctl == nil || at == "" {
 		return res, err
 	}
-	defer clearControlFS(s.ctlFS, ".")
+	defer s.clearControl()
 	var exit *ExitError
 	if res == nil || res.Stop != StopExit && res.Stop != StopMemory || res.ExitCode != 1 ||
 		!errors.As(err, &exit) || exit.Code != 1 {
@@ -91,11 +91,14 @@ func (s *Sandbox) takeOutcome(res *Result, err error, at string, limit int) (*Re
 	return res, out.Exception
 }
 
-// clearControlFS removes everything in directory dir of a control
-// directory: the outcome just read, and whatever the guest's code put
-// there, which could otherwise fill its quota and keep the next run from
-// reporting. It removes through fsys, which gives the quota back.
-func clearControlFS(fsys *wasifs.FS, dir string) {
+// clearControl empties the sandbox's control directory: the outcome just
+// read, and whatever the guest's code put there, which could otherwise
+// fill its quota and keep the next run from reporting.
+func (s *Sandbox) clearControl() { clearDir(s.ctlFS, ".") }
+
+// clearDir removes everything in directory dir of fsys, through fsys,
+// which gives the quota back.
+func clearDir(fsys *wasifs.FS, dir string) {
 	f, errno := fsys.OpenFile(dir, sys.O_RDONLY|sys.O_DIRECTORY, 0)
 	if errno != 0 {
 		return
@@ -108,7 +111,7 @@ func clearControlFS(fsys *wasifs.FS, dir string) {
 		}
 		p := path.Join(dir, d.Name)
 		if st, errno := fsys.Lstat(p); errno == 0 && st.Mode.IsDir() {
-			clearControlFS(fsys, p)
+			clearDir(fsys, p)
 			fsys.Rmdir(p)
 		} else {
 			fsys.Unlink(p)

@@ -65,7 +65,6 @@ type Session struct {
 
 	sb     *Sandbox
 	root   afero.Fs // the in-memory root, nil when a mount replaces it
-	ctl    afero.Fs // the control directory
 	layout []snapshot.Mount
 	base   *baseImage
 	ckpt   *checkpoint
@@ -149,7 +148,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{g: g, cfg: c, sb: sb, ctl: ctl, env: c.Env, root: root}
+	s := &Session{g: g, cfg: c, sb: sb, env: c.Env, root: root}
 	for _, m := range sb.order {
 		s.layout = append(s.layout, snapshot.Mount{Path: m.path, ReadOnly: m.fs.ReadOnly(), InMemory: m.path == "/" && root != nil})
 	}
@@ -180,7 +179,7 @@ func (s *Session) instantiate(ctx context.Context, strict bool) error {
 		return err
 	}
 	in.buf = s.base.buf
-	in.ctl = s.ctl
+	in.ctl = s.sb.ctl
 	kept, err := s.reopenFiles(in, s.fds, strict)
 	if err != nil {
 		in.close()
@@ -254,11 +253,11 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	s.runs++
 	var out *Result
 	if runErr == nil {
-		if out, err = readOutcome(s.ctl, strings.TrimPrefix(req.Result, controlPath), r.limits.MaxOutput); err != nil {
+		if out, err = readOutcome(s.sb.ctl, strings.TrimPrefix(req.Result, controlPath), r.limits.MaxOutput); err != nil {
 			runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", err)
 		}
 	}
-	s.clearControl()
+	s.sb.clearControl()
 	res, err := r.end(runErr, mem, out)
 	if out != nil && res.Stop == StopExit {
 		s.checkpoint(in)
