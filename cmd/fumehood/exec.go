@@ -48,15 +48,11 @@ func cmdExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return 0, err
 	}
 	defer g.Close()
-	sb, err := g.NewSandbox(&sandbox.Config{Mounts: c.mounts, Env: c.env, Limits: lim,
-		Deterministic: *c.deterministic, Seed: *c.seed, Network: c.network.policy(), Logger: quietLogger})
+	sb, err := c.openSandbox(g, lim)
 	if err != nil {
 		return 0, err
 	}
 	defer sb.Close()
-	if err := c.copyFiles(sb.Files()); err != nil {
-		return 0, err
-	}
 	res, err := sb.Exec(ctx, opts, rest[1:]...)
 	if *stats && res != nil {
 		writeStats(stderr, res, err)

@@ -211,10 +211,29 @@ func (c *common) copyFiles(files *sandbox.Files) error {
 	return nil
 }
 
+// sandboxConfig is the Config the flags describe, with the limits lim.
+func (c *common) sandboxConfig(lim sandbox.Limits) *sandbox.Config {
+	return &sandbox.Config{Mounts: c.mounts, Env: c.env, Limits: lim,
+		Deterministic: *c.deterministic, Seed: *c.seed, Network: c.network.policy(), Logger: quietLogger}
+}
+
+// openSandbox makes the sandbox the flags describe, with the --file
+// flags' files copied in.
+func (c *common) openSandbox(g *sandbox.Guest, lim sandbox.Limits) (*sandbox.Sandbox, error) {
+	sb, err := g.NewSandbox(c.sandboxConfig(lim))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.copyFiles(sb.Files()); err != nil {
+		sb.Close()
+		return nil, err
+	}
+	return sb, nil
+}
+
 // openSession starts a session, or resumes the one saved with --resume.
 func (c *common) openSession(ctx context.Context, py *sandbox.Guest, lim sandbox.Limits) (*sandbox.Session, error) {
-	cfg := &sandbox.Config{Mounts: c.mounts, Env: c.env, Limits: lim,
-		Deterministic: *c.deterministic, Seed: *c.seed, Network: c.network.policy(), Logger: quietLogger}
+	cfg := c.sandboxConfig(lim)
 	var s *sandbox.Session
 	var err error
 	if *c.resume != "" {
@@ -323,15 +342,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return exitStatus(res, err)
 	}
 
-	sb, err := py.NewSandbox(&sandbox.Config{Mounts: c.mounts, Env: c.env, Limits: lim,
-		Deterministic: *c.deterministic, Seed: *c.seed, Network: c.network.policy(), Logger: quietLogger})
+	sb, err := c.openSandbox(py, lim)
 	if err != nil {
 		return 0, err
 	}
 	defer sb.Close()
-	if err := c.copyFiles(sb.Files()); err != nil {
-		return 0, err
-	}
 	res, err = sb.RunScript(ctx, name, src, cfg, progArgs...)
 	if *stats && res != nil {
 		writeStats(stderr, res, err)
