@@ -46,7 +46,9 @@ guest-build: build guest-build-tools
 	$(BIN) guest build
 	$(BIN) guest info --built
 
-# The session build of the built guest (asyncify: a few minutes, once).
+# The session build of the built guest (asyncify: a few minutes, once). Its
+# sessions do not need it (they run on the driver's entry points): it is
+# kept to compare the two.
 guest-build-session: guest-build tools
 	@if command -v wasm-opt >/dev/null; then $(BIN) guest build --session; fi
 
@@ -68,9 +70,9 @@ demo: guest
 # the fallback. A machine that cannot build the guest runs everything on the
 # npm guest. examples/agents is a module of its own (it needs model SDKs,
 # fumehood does not): go test ./... does not enter it.
-NPM_FALLBACK_PACKAGES ?= ./sandbox ./guests/... ./cmd/fumehood ./mcpserver ./codetool
+NPM_FALLBACK_PACKAGES ?= ./sandbox ./internal/guests/... ./cmd/fumehood ./mcpserver ./codetool
 test: guest session-guest
-	@$(MAKE) --no-print-directory guest-build-session || \
+	@$(MAKE) --no-print-directory guest-build || \
 		echo "note: the built guest could not be built: the tests run on the npm guest"
 	$(GO) vet ./...
 	$(BIN) guest info | head -1

@@ -104,6 +104,12 @@ type request struct {
 	// start-up code (Sandbox.mountQuotas), sent with the environment and
 	// the seed.
 	Mounts string `json:"mounts,omitempty"`
+	// Name names the code in tracebacks (default <run-N>), Argv is
+	// sys.argv, and Final runs atexit's functions after the code: a
+	// one-shot run from a pre-initialized image (runImage).
+	Name  string   `json:"name,omitempty"`
+	Argv  []string `json:"argv,omitempty"`
+	Final bool     `json:"final,omitempty"`
 }
 
 // request builds the driver's request for a run of code (nil: none) whose
@@ -113,6 +119,7 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 	rand.Read(nonce[:])
 	req := request{Code: code, N: s.runs + 1, Result: controlPath + "/result-" + hex.EncodeToString(nonce[:]), MaxValue: maxOut}
 	if s.sendEnv {
+		req.Argv = []string{"-c"} // as python -c has it
 		req.Env = s.env
 		if req.Env == nil {
 			req.Env = map[string]string{}

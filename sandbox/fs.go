@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fumehood/fumehood/internal/hostchan"
 
@@ -131,6 +132,7 @@ type Sandbox struct {
 	pyEnv    map[string]string // the environment of Python runs (PYTHONPATH for host calls)
 	quotas   string            // the mounts and their quotas, for the start-up code (mountQuotas)
 	fuelUsed int64             // by all runs, for Config.TotalFuel
+	memRoot  bool              // the root is fumehood's in-memory one
 }
 
 type mounted struct {
@@ -168,7 +170,14 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		}
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
-	s := &Sandbox{g: g, cfg: c, limits: limits, pyEnv: c.Env}
+	// A one-shot Python sandbox of a guest with the driver has its
+	// control directory where a session has it, so that both share the
+	// base image of their layout.
+	image := g.driver && !session
+	if image {
+		mounts = append(mounts, Mount{Path: controlPath, FS: afero.NewMemMapFs(), Quota: controlQuota})
+	}
+	s := &Sandbox{g: g, cfg: c, limits: limits, pyEnv: c.Env, memRoot: !hasRoot}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	if g.stdlib != nil {
 		// The built guest's standard library: the first preopen, in every
@@ -204,7 +213,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		}
 		fscfg = fscfg.WithSysFSMount(fsys, m.Path).(sysfs.FSConfig)
 		s.mounts = append(s.mounts, mounted{path: m.Path, fs: fsys})
-		if session && m.Path == controlPath {
+		if (session || image) && m.Path == controlPath {
 			s.ctl, s.ctlFS = m.FS, fsys // the session driver's control directory
 		}
 	}
@@ -213,7 +222,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if g.python && !session {
+	if g.python && !session && !image {
 		// Last, so that the other preopens keep their descriptors.
 		if fscfg, err = s.mountControl(fscfg, uint64(len(mounts)+2)); err != nil {
 			return nil, fmt.Errorf("sandbox: control directory: %w", err)
@@ -329,6 +338,15 @@ func (s *Sandbox) RunScript(ctx context.Context, name, code string, opts *RunOpt
 	if err != nil {
 		return nil, err
 	}
+	if err := checkArgs(args); err != nil {
+		return nil, err
+	}
+	if s.g.driver && validUTF8(code, name, args) {
+		return s.runImage(ctx, name, code, opts, args)
+	}
+	// The guest's _start: the npm guest, and source or arguments that are
+	// not UTF-8, which the request (JSON) cannot carry as they are and
+	// python's command line takes as surrogate escapes.
 	at := s.outcomePath()
 	res, err := s.exec(ctx, "python", append(oneShotArgs(code, name, s.quotas, at, lim.MaxOutput), args...), opts, true)
 	return s.takeOutcome(res, err, at, lim.MaxOutput)
@@ -355,4 +373,18 @@ func (s *Sandbox) Close() error {
 	s.closed = true
 	s.mounts = nil
 	return nil
+}
+
+// validUTF8 reports whether the code, its name and its arguments are all
+// valid UTF-8.
+func validUTF8(code, name string, args []string) bool {
+	if !utf8.ValidString(code) || !utf8.ValidString(name) {
+		return false
+	}
+	for _, a := range args {
+		if !utf8.ValidString(a) {
+			return false
+		}
+	}
+	return true
 }

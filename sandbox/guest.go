@@ -69,13 +69,17 @@ type Options struct {
 	Install bool
 	// Progress is told how an installation proceeds.
 	Progress func(Progress)
-	// Sessions makes CompilePython compile the session build, which
-	// Guest.NewSession needs: CPython prepared so that it can pause between
-	// runs (asyncify, by Binaryen's wasm-opt; `fumehood guest install
-	// --session` prepares it). It runs code 25-50% slower than the plain
-	// build, so ask for it only where sessions are used. While it compiles,
-	// CompilePython also reads the cached base image of sessions without
-	// mounts (about 10 MB, kept for the first NewSession).
+	// Sessions makes CompilePython load a guest that Guest.NewSession
+	// can use. The built guest needs nothing more: its one build has the
+	// driver's entry points, and its sessions, like its one-shot runs,
+	// start from pre-initialized images, whatever Sessions says. For the
+	// npm guest it compiles the session build: CPython prepared so that it
+	// can pause between runs (asyncify, by Binaryen's wasm-opt; `fumehood
+	// guest install --session` prepares it), which runs code 25-50% slower
+	// than the plain build, so ask for it only where sessions are used.
+	// With Sessions, CompilePython also reads the cached base image of
+	// sessions without mounts while it compiles (about 10 MB, kept for the
+	// first NewSession or run).
 	Sessions bool
 	// Guest chooses the Python guest CompilePython loads: GuestBuilt,
 	// GuestNPM, or empty for $FUMEHOOD_GUEST (GuestEnv) or, without it, the
@@ -95,7 +99,8 @@ type Guest struct {
 	minMemory  int64        // the memory the guest declares it needs to start
 	stack      stackPointer // where the guest keeps its C stack pointer, if it does
 	closed     atomic.Bool
-	sessions   bool                     // the session build: NewSession works
+	sessions   bool                     // NewSession works: the session build, or driver
+	driver     bool                     // the guest has the driver's entry points: runs start from images
 	globals    []string                 // the exported mutable globals but fuel
 	bases      baseImages               // session base images, by mount layout
 	cacheDir   string                   // where base images are kept between processes
@@ -191,17 +196,25 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	mapped := !opts.Sessions && !opts.Install
 	load := loadNPM
 	if kind == GuestBuilt {
-		load = loadBuilt
+		load, mapped = loadBuilt, !opts.Install
 	}
 	l, err := load(ctx, opts, mapped)
 	if err != nil {
 		return nil, err
 	}
-	info := PythonInfo{Guest: kind, Version: l.version, SHA256: l.sha256, Sessions: opts.Sessions}
+	// The built guest has the driver's entry points (cpython.HasDriver):
+	// its runs and sessions start from images, and its one build serves
+	// both.
+	driver := kind == GuestBuilt
+	info := PythonInfo{Guest: kind, Version: l.version, SHA256: l.sha256, Sessions: opts.Sessions || driver}
 	var pre *prefetch
-	if opts.Sessions {
+	if info.Sessions {
 		if dir, err := npm.CacheDir(opts.CacheDir); err == nil {
-			pre = startPrefetch(baseFileName(dir, info.SHA256, defaultLayout))
+			src := driverSource
+			if driver {
+				src = imageSource
+			}
+			pre = startPrefetch(baseFileName(dir, info.SHA256, src, defaultLayout))
 		}
 	}
 	// The prepared guest is fuel-instrumented by the pipeline (npm.Steps).
@@ -213,14 +226,19 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	g.id = info.SHA256
 	g.pyInfo = info
 	g.stdlib = l.stdlib
-	if opts.Sessions {
+	if driver && !cpython.HasDriver(g.compiled) {
+		g.Close()
+		return nil, fmt.Errorf("%w: the built guest exports no driver entry points (rebuild it: %s)", ErrInvalidModule, cpython.BuildCommand)
+	}
+	g.driver = driver
+	if opts.Sessions && !driver {
 		if err := g.sessionGlobals(l.wasm); err != nil {
 			g.Close()
 			return nil, err
 		}
-		g.sessions = true
-		g.prefetched.Store(pre)
 	}
+	g.sessions = info.Sessions
+	g.prefetched.Store(pre)
 	return g, nil
 }
 
@@ -233,27 +251,18 @@ type loaded struct {
 	done    func() error // releases wasm when it is a mapping of the cache
 }
 
-// loadBuilt loads the built guest (its session build with
-// opts.Sessions), installing it with opts.Install; mapped maps the
-// one-shot build from the cache instead of reading it.
+// loadBuilt loads the built guest; mapped maps it from the cache instead
+// of reading it. Its one build serves sessions too: they start from its
+// images through the driver's entry points, with no asyncify.
 func loadBuilt(ctx context.Context, opts *Options, mapped bool) (l loaded, err error) {
 	copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
 	var built cpython.Info
-	if opts.Sessions {
-		load := cpython.LoadSession
-		if opts.Install {
-			load = cpython.EnsureSession
-		}
-		var s cpython.Session
-		l.wasm, built, s, err = load(ctx, copts)
-		l.sha256 = s.SHA256
-	} else if mapped {
+	if mapped {
 		l.wasm, built, l.done, err = cpython.Open(ctx, copts)
-		l.sha256 = built.PreparedSHA256
 	} else {
 		l.wasm, built, err = cpython.Load(ctx, copts)
-		l.sha256 = built.PreparedSHA256
 	}
+	l.sha256 = built.PreparedSHA256
 	if err != nil {
 		return l, err
 	}

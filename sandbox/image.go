@@ -193,16 +193,48 @@ func layoutKey(mounts []snapshot.Mount) string {
 }
 
 // baseImages builds each base image once per guest, however many sessions
-// ask for it at once.
+// ask for it at once, and keeps the maxBaseImages used last: every mount
+// layout (the paths of a sandbox's mounts) has its own, of about 20 MB,
+// and the one-shot runs of a server that mounts a volume at a path of each
+// request's choosing would otherwise keep one per path. An image evicted
+// stays alive for the sessions that hold it, and in the cache directory.
 type baseImages struct {
 	mu     sync.Mutex
 	images map[string]*baseEntry
+	tick   uint64
 }
+
+// maxBaseImages bounds the base images a guest keeps in memory.
+const maxBaseImages = 8
 
 type baseEntry struct {
 	done chan struct{}
 	img  *baseImage
 	err  error
+	used uint64 // the tick of its last use
+}
+
+// evictLocked drops the least recently used built images past
+// maxBaseImages.
+func (b *baseImages) evictLocked() {
+	for len(b.images) > maxBaseImages {
+		var oldest string
+		var at uint64
+		for k, e := range b.images {
+			select {
+			case <-e.done:
+			default:
+				continue // being built
+			}
+			if oldest == "" || e.used < at {
+				oldest, at = k, e.used
+			}
+		}
+		if oldest == "" {
+			return
+		}
+		delete(b.images, oldest)
+	}
 }
 
 // get returns the base image for layout, building it with build on first use.
@@ -211,16 +243,23 @@ func (b *baseImages) get(ctx context.Context, layout string, build func(context.
 	if b.images == nil {
 		b.images = map[string]*baseEntry{}
 	}
+	b.tick++
 	e := b.images[layout]
+	if e != nil {
+		e.used = b.tick
+	}
 	if e == nil {
-		e = &baseEntry{done: make(chan struct{})}
+		e = &baseEntry{done: make(chan struct{}), used: b.tick}
 		b.images[layout] = e
+		b.evictLocked()
 		b.mu.Unlock()
 		e.img, e.err = build(ctx)
 		if e.err != nil {
 			// Let a later caller try again.
 			b.mu.Lock()
-			delete(b.images, layout)
+			if b.images[layout] == e {
+				delete(b.images, layout)
+			}
 			b.mu.Unlock()
 		}
 		close(e.done)
@@ -255,16 +294,16 @@ func (g *Guest) base(ctx context.Context, layout []snapshot.Mount) (*baseImage, 
 // baseFile names the cache file of a layout's base image: it depends on
 // the guest build, the driver and the layout.
 func (g *Guest) baseFile(layout []snapshot.Mount) string {
-	return baseFileName(g.cacheDir, g.id, layout)
+	return baseFileName(g.cacheDir, g.id, g.sessionSource(), layout)
 }
 
-func baseFileName(cacheDir, guest string, layout []snapshot.Mount) string {
+func baseFileName(cacheDir, guest, source string, layout []snapshot.Mount) string {
 	if cacheDir == "" {
 		return ""
 	}
 	h := sha256.New()
 	h.Write([]byte(guest))
-	h.Write([]byte(driverSource))
+	h.Write([]byte(source))
 	h.Write([]byte(layoutKey(layout)))
 	return filepath.Join(cacheDir, "sessions", hex.EncodeToString(h.Sum(nil))[:32]+".base")
 }
@@ -419,7 +458,12 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 	r.setClocks(ctx, true, 0, nil)
 	var stderr bytes.Buffer
 	in.stderr.w = &stderr
-	if err := in.call(ctx, r, DefaultFuel, &sb.errno, false); err != nil {
+	if g.driver {
+		err = in.initDriver(ctx, r, DefaultFuel, &sb.errno, imageSource)
+	} else {
+		err = in.call(ctx, r, DefaultFuel, &sb.errno, false)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sandbox: starting the session interpreter: %w (stderr: %q)", err, stderr.String())
 	}
 	mem := bytes.Clone(in.linear())

@@ -16,13 +16,16 @@ import (
 
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 )
 
-// instance is one wazero instance of the session build and the host side
-// of its stdin, which pauses and resumes it.
+// instance is one wazero instance of a session's guest: of the session
+// build and the host side of its stdin, which pauses and resumes it, or of
+// a guest with the driver's entry points (drv), which needs neither.
 type instance struct {
 	mod api.Module
 	mem *memoryAllocator
+	drv *cpython.Driver // the driver's entry points, for a guest that has them
 
 	unwind, stopUnwind, rewind, stopRewind, start api.Function
 	fuelGlobal, errnoGlobal                       api.MutableGlobal
@@ -58,6 +61,13 @@ func (s *switchWriter) Write(p []byte) (int, error) {
 // user's code (the run's Config.Stdin, else end of file); once the outcome
 // is written, the driver's read for the next request pauses the guest.
 func (in *instance) Read(p []byte) (int, error) {
+	if in.drv != nil {
+		// Requests go through memory: stdin is the user's alone.
+		if in.userIn == nil {
+			return 0, io.EOF
+		}
+		return in.userIn.Read(p)
+	}
 	if in.rewinding {
 		in.rewinding = false
 		if _, err := in.stopRewind.Call(in.ctx); err != nil {
@@ -181,6 +191,15 @@ func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *
 		return nil, fmt.Errorf("sandbox: instantiating the session: %w", err)
 	}
 	in.mod = mod
+	in.fuelGlobal, _ = mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
+	in.errnoGlobal, _ = mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)
+	if g.driver {
+		if in.drv, err = cpython.Attach(mod); err != nil {
+			mod.Close(ctx)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+		}
+		return in, nil
+	}
 	for name, f := range map[string]*api.Function{
 		"asyncify_start_unwind": &in.unwind, "asyncify_stop_unwind": &in.stopUnwind,
 		"asyncify_start_rewind": &in.rewind, "asyncify_stop_rewind": &in.stopRewind, "_start": &in.start,
@@ -190,8 +209,6 @@ func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *
 			return nil, fmt.Errorf("%w: the session build exports no %s", ErrInvalidModule, name)
 		}
 	}
-	in.fuelGlobal, _ = mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
-	in.errnoGlobal, _ = mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)
 	return in, nil
 }
 

@@ -53,6 +53,7 @@ type stdinReader struct {
 	ctx     context.Context
 	r       io.Reader
 	pending chan readResult // the helper's answer to an unfinished Read
+	run     *runState       // stopped when ctx ends a read
 }
 
 type readResult struct {
@@ -60,18 +61,22 @@ type readResult struct {
 	err error
 }
 
-func newStdin(ctx context.Context, r io.Reader) io.Reader {
+// newStdin returns the guest's view of r: a read that blocks past ctx's
+// end stops run (at once, not when its watchdog comes round: the guest may
+// finish before, as if it had read end of file).
+func newStdin(ctx context.Context, r io.Reader, run *runState) io.Reader {
 	switch r.(type) {
 	case nil:
 		return bytes.NewReader(nil)
 	case *bytes.Reader, *strings.Reader, *bytes.Buffer:
 		return r
 	}
-	return &stdinReader{ctx: ctx, r: r}
+	return &stdinReader{ctx: ctx, r: r, run: run}
 }
 
 func (s *stdinReader) Read(p []byte) (int, error) {
 	if err := s.ctx.Err(); err != nil {
+		s.run.stop(err)
 		return 0, err
 	}
 	if s.pending == nil {
@@ -94,13 +99,14 @@ func (s *stdinReader) Read(p []byte) (int, error) {
 		}
 		return n, res.err
 	case <-s.ctx.Done():
+		s.run.stop(s.ctx.Err())
 		return 0, s.ctx.Err()
 	}
 }
 
 // sleeper returns a nanosleep that really sleeps, but wakes as soon as ctx
-// is done, and adds the time slept to *slept.
-func sleeper(ctx context.Context, slept *time.Duration) sys.Nanosleep {
+// is done, stopping run r, and adds the time slept to *slept.
+func sleeper(ctx context.Context, slept *time.Duration, r *runState) sys.Nanosleep {
 	return func(ns int64) {
 		if ns <= 0 {
 			return
@@ -111,6 +117,9 @@ func sleeper(ctx context.Context, slept *time.Duration) sys.Nanosleep {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
+			// Stopped now, not when the watchdog comes round: the guest
+			// may finish before it does, as if it had slept.
+			r.stop(ctx.Err())
 		}
 		*slept += time.Since(start)
 	}
@@ -144,7 +153,7 @@ func (c *deterministicClock) nanotime() int64 { return c.elapsed() }
 // clock by exactly the time asked for.
 func (c *deterministicClock) sleep(ctx context.Context) sys.Nanosleep {
 	var real time.Duration
-	s := sleeper(ctx, &real)
+	s := sleeper(ctx, &real, c.r)
 	return func(ns int64) {
 		s(ns)
 		if ns > 0 {
@@ -172,7 +181,7 @@ func (r *runState) setClocks(ctx context.Context, deterministic bool, offset int
 		return now.Unix(), int32(now.Nanosecond())
 	}
 	r.nanotime = func() int64 { return int64(time.Since(start)) }
-	r.sleep = sleeper(ctx, &slept)
+	r.sleep = sleeper(ctx, &slept, r)
 }
 
 // seededRand is a deterministic random source for deterministic mode.

@@ -137,9 +137,16 @@ func TestOneShotControlDirectoryCannotBeJammed(t *testing.T) {
 	res, err := sb.Run(ctx, jam+"1/0", nil)
 	require.NotNil(t, res)
 	assert.Equal(t, "16\n", string(res.Stdout), "the jam filled the quota")
-	var exit *sandbox.ExitError
-	require.ErrorAs(t, err, &exit)
-	assert.Equal(t, 1, exit.Code)
+	if sandboxtest.Guest(t) == sandbox.GuestBuilt {
+		// The driver reports through memory: a full directory is no
+		// obstacle.
+		require.ErrorAs(t, err, new(*sandbox.Exception))
+	} else {
+		var exit *sandbox.ExitError
+		require.ErrorAs(t, err, &exit)
+		assert.Equal(t, 1, exit.Code)
+	}
+	assert.Equal(t, 1, res.ExitCode)
 	assert.Equal(t, sandbox.StopExit, res.Stop)
 	assert.Contains(t, string(res.Stderr), "ZeroDivisionError: division by zero")
 	// The next run of the sandbox reports again.
@@ -156,6 +163,11 @@ func TestOneShotControlDirectoryCannotBeJammed(t *testing.T) {
 	_, err = sb.Run(ctx, "1/0", nil)
 	require.ErrorAs(t, err, &exc)
 
+	if sandboxtest.Guest(t) == sandbox.GuestBuilt {
+		forgeDriverOutcome(t, sb)
+		return
+	}
+	var exit *sandbox.ExitError
 	// The code finds its run's outcome path in the runner's frame and
 	// writes an outcome there.
 	forge := `import sys
@@ -165,39 +177,7 @@ for ext, text in ((".type", "Forged"), (".message", "by the guest"), (".tracebac
     open(p + ext, "w").write(text)
 open(p, "w").write('{"value": false, "exception": true, "exit": null}')
 `
-	for _, tc := range []struct {
-		name string
-		code string
-		cfg  *sandbox.RunOptions
-		stop sandbox.StopReason
-		exit int
-		want error // matched with errors.Is; nil: no error
-	}{
-		{"exit 0", forge, nil, sandbox.StopExit, 0, nil},
-		{"fuel", forge + "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 500_000_000}}, sandbox.StopFuel, -1, sandbox.ErrFuelExhausted},
-		{"output", forge + "while True: print('spam')", &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 1000}, StopAtOutputLimit: true}, sandbox.StopOutput, -1, sandbox.ErrOutputLimit},
-		{"exit 2", forge + "import os\nos._exit(2)", nil, sandbox.StopExit, 2, &sandbox.ExitError{Code: 2}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			res, err := sb.Run(ctx, tc.code, tc.cfg)
-			require.NotNil(t, res, "%v", err)
-			assert.True(t, strings.HasPrefix(string(res.Stdout), "True\n"), "the code found the outcome path: %q %s", res.Stdout, res.Stderr)
-			assert.Equal(t, tc.stop, res.Stop, "%v", err)
-			assert.Equal(t, tc.exit, res.ExitCode)
-			assert.Nil(t, res.Exception)
-			var exc *sandbox.Exception
-			assert.NotErrorAs(t, err, &exc)
-			switch want := tc.want.(type) {
-			case nil:
-				require.NoError(t, err)
-			case *sandbox.ExitError:
-				require.ErrorAs(t, err, &exit)
-				assert.Equal(t, want.Code, exit.Code)
-			default:
-				require.ErrorIs(t, err, want)
-			}
-		})
-	}
+	runForged(t, sb, forge, forgedCase{"exit 0", "", nil, sandbox.StopExit, 0, nil})
 	// Exiting with status 1 after forging is raising an exception, which
 	// the code may do anyway: the forged exception is reported, as what
 	// the guest said, and the exit stays the guest's own.
@@ -216,6 +196,77 @@ open(p, "w").write('{"value": false, "exception": true, "exit": null}')
 	require.ErrorAs(t, err, &exc)
 	assert.Equal(t, "KeyError", exc.Type)
 	assert.Equal(t, "'real'", exc.Message)
+}
+
+// forgeDriverOutcome is the forgery of TestOneShotControlDirectoryCannotBeJammed
+// on a guest with the driver, whose outcome goes through memory: the code
+// fills the driver's outcome with an exception of its own. Only a run the
+// driver returned from reports it, as the code raising one would; a limit
+// or an exit of the guest's is what the host recorded.
+func forgeDriverOutcome(t *testing.T, sb *sandbox.Sandbox) {
+	ctx := context.Background()
+	forge := `import sys
+out = sys._getframe(1).f_locals["out"]
+print(isinstance(out, dict))
+out.update(type="Forged", message="by the guest", traceback="none")
+`
+	runForged(t, sb, forge, forgedCase{"exit 1", "import os\nos._exit(1)", nil, sandbox.StopExit, 1, &sandbox.ExitError{Code: 1}})
+	// A run the driver returned from reports what the code left there,
+	// as raising would.
+	res, err := sb.Run(ctx, forge, nil)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "Forged", exc.Type)
+	assert.Equal(t, sandbox.StopExit, res.Stop)
+	assert.Equal(t, 1, res.ExitCode)
+	// An exception raised after forging overwrites the forgery.
+	_, err = sb.Run(ctx, forge+"raise KeyError('real')", nil)
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "KeyError", exc.Type)
+	assert.Equal(t, "'real'", exc.Message)
+}
+
+// forgedCase is a run of code after a forged outcome, and what it must
+// end with whatever the forgery says.
+type forgedCase struct {
+	name string
+	code string // after the forgery
+	cfg  *sandbox.RunOptions
+	stop sandbox.StopReason
+	exit int
+	want error // matched with errors.Is, or errors.As for an *ExitError; nil: no error
+}
+
+// runForged runs the forgery followed by each case's code in sb, the
+// limits and exits every guest has and more: none may report the forged
+// exception, and each ends as the host recorded.
+func runForged(t *testing.T, sb *sandbox.Sandbox, forge string, more ...forgedCase) {
+	cases := append([]forgedCase{
+		{"fuel", "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 500_000_000}}, sandbox.StopFuel, -1, sandbox.ErrFuelExhausted},
+		{"output", "while True: print('spam')", &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 1000}, StopAtOutputLimit: true}, sandbox.StopOutput, -1, sandbox.ErrOutputLimit},
+		{"exit 2", "import os\nos._exit(2)", nil, sandbox.StopExit, 2, &sandbox.ExitError{Code: 2}},
+	}, more...)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := sb.Run(context.Background(), forge+tc.code, tc.cfg)
+			require.NotNil(t, res, "%v", err)
+			assert.True(t, strings.HasPrefix(string(res.Stdout), "True\n"), "the code found the outcome: %q %s", res.Stdout, res.Stderr)
+			assert.Equal(t, tc.stop, res.Stop, "%v", err)
+			assert.Equal(t, tc.exit, res.ExitCode)
+			assert.Nil(t, res.Exception)
+			assert.NotErrorAs(t, err, new(*sandbox.Exception))
+			switch want := tc.want.(type) {
+			case nil:
+				require.NoError(t, err)
+			case *sandbox.ExitError:
+				var exit *sandbox.ExitError
+				require.ErrorAs(t, err, &exit)
+				assert.Equal(t, want.Code, exit.Code)
+			default:
+				require.ErrorIs(t, err, want)
+			}
+		})
+	}
 }
 
 // TestExecHasNoControlDirectory: a WASI program that is not the Python

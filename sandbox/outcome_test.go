@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // requireBounded checks that every text of a session run's Result is at
@@ -115,26 +116,40 @@ func TestSessionOutcomeCappedByTheHost(t *testing.T) {
 	// The code writes the outcome files itself and sends the driver's
 	// elsewhere.
 	t.Run("forged outcome", func(t *testing.T) {
-		res, err := s.Run(ctx, `import sys
+		// The session driver writes files; the built guest's driver
+		// returns the outcome through memory, where the code fills it
+		// with texts past the cap and turns the guest's cut off.
+		big, huge := `import sys
 req = sys._getframe(1).f_locals['req']
 real, req['result'] = req['result'], '/tmp/elsewhere'
 big = "f" * 15_000_000  # four of them fit the control quota
 for ext in ('.value', '.type', '.message', '.traceback'):
     with open(real + ext, 'w') as f: f.write(big)
 with open(real, 'w') as f: f.write('{"value": true, "exception": true}')
-`, cfg)
+`, `import sys
+req = sys._getframe(1).f_locals['req']
+real, req['result'] = req['result'], '/tmp/elsewhere'
+with open(real, 'w') as f: f.write('{"value": "' + 'f' * 30_000_000 + '"}')
+`
+		if sandboxtest.Guest(t) == sandbox.GuestBuilt {
+			big, huge = `import sys
+sys._getframe(2).f_locals['n'] = None
+out = sys._getframe(1).f_locals['out']
+big = "f" * 15_000_000
+out.update(value=big, type=big, message=big, traceback=big)
+`, `import sys
+sys._getframe(1).f_locals['out']['exit'] = 'f' * 30_000_000
+`
+		}
+		res, err := s.Run(ctx, big, cfg)
 		requireBounded(t, res, err, limit)
 		require.ErrorAs(t, err, new(*sandbox.Exception))
 		assert.True(t, res.ValueTruncated)
 		assert.True(t, res.Exception.Truncated)
 
-		res, err = s.Run(ctx, `import sys
-req = sys._getframe(1).f_locals['req']
-real, req['result'] = req['result'], '/tmp/elsewhere'
-with open(real, 'w') as f: f.write('{"value": "' + 'f' * 30_000_000 + '"}')
-`, cfg)
+		res, err = s.Run(ctx, huge, cfg)
 		requireBounded(t, res, err, limit)
-		require.Error(t, err, "an outcome file past its bound is refused")
+		require.Error(t, err, "an outcome past its bound is refused")
 	})
 
 	// The session goes on.

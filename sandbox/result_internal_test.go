@@ -65,7 +65,7 @@ func TestStopWrittenOnlyByEnd(t *testing.T) {
 	}
 	assert.NotEmpty(t, writers["Stop"])
 	for _, w := range writers["ExitCode"] {
-		assert.Contains(t, []string{"(*run).end", "readOutcome"}, w, "Result.ExitCode is written outside end")
+		assert.Contains(t, []string{"(*run).end", "readOutcome", "(*instance).execDriver"}, w, "Result.ExitCode is written outside end")
 	}
 }
 

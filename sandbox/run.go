@@ -226,10 +226,8 @@ func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
 // argv, with the sandbox's environment (with python, the one for Python
 // code, which finds the host-call module).
 func (s *Sandbox) exec(ctx context.Context, name string, args []string, opts *RunOptions, python bool) (*Result, error) {
-	for i, a := range args {
-		if strings.IndexByte(a, 0) >= 0 {
-			return nil, fmt.Errorf("sandbox: argument %d contains a NUL byte", i+1)
-		}
+	if err := checkArgs(args); err != nil {
+		return nil, err
 	}
 	ctx, r, err := s.begin(ctx, opts)
 	if err != nil {
@@ -255,6 +253,16 @@ func (s *Sandbox) exec(ctx context.Context, name string, args []string, opts *Ru
 		mem = memStats{peak: int64(m.peak), hit: m.refused > 0}
 	}
 	return r.end(runErr, mem, nil)
+}
+
+// checkArgs refuses an argument a C program's argv cannot hold.
+func checkArgs(args []string) error {
+	for i, a := range args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("sandbox: argument %d contains a NUL byte", i+1)
+		}
+	}
+	return nil
 }
 
 // deadline applies a run's timeout (negative: none) to ctx.
@@ -346,7 +354,7 @@ func (g *Guest) moduleConfig(ctx context.Context, args []string, env map[string]
 		WithName("").
 		WithStartFunctions().
 		WithArgs(args...).
-		WithStdin(newStdin(ctx, stdin)).
+		WithStdin(newStdin(ctx, stdin, r)).
 		WithOsyield(func() {})
 	if deterministic {
 		if !g.fuel {

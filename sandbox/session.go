@@ -70,14 +70,18 @@ type Session struct {
 	ckpt   *checkpoint
 	// fds are the descriptors open at the checkpoint, which a new
 	// instance opens again.
-	fds     []snapshot.Descriptor
-	inst    *instance
-	env     map[string]string
-	runs    int64
-	slept   time.Duration // deterministic clock: time slept by all runs
-	reseed  bool          // send a new random seed with the next run
-	sendEnv bool          // send the environment with the next run
-	rand    io.Reader     // the session's random source
+	fds   []snapshot.Descriptor
+	inst  *instance
+	env   map[string]string
+	runs  int64
+	slept time.Duration // deterministic clock: time slept by all runs
+	// settle, while not nil, receives (an error or nothing, then closes)
+	// once the checkpoint of the last run is taken: the driver's sessions
+	// take it after Run returned. See settled.
+	settle  chan error
+	reseed  bool      // send a new random seed with the next run
+	sendEnv bool      // send the environment with the next run
+	rand    io.Reader // the session's random source
 }
 
 // NewSession starts a session: a fresh interpreter from the guest's base
@@ -148,14 +152,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{g: g, cfg: c, sb: sb, env: c.Env, root: root}
-	for _, m := range sb.order {
-		s.layout = append(s.layout, snapshot.Mount{Path: m.path, ReadOnly: m.fs.ReadOnly(), InMemory: m.path == "/" && root != nil})
-	}
-	if sb.host != nil {
-		// The host-call channel is mounted after the others.
-		s.layout = append(s.layout, snapshot.Mount{Path: hostMountPath, ReadOnly: true})
-	}
+	s := &Session{g: g, cfg: c, sb: sb, env: c.Env, root: root, layout: sb.layout(root != nil)}
 	if c.Deterministic {
 		s.rand = seededRand(c.Seed)
 	} else {
@@ -208,7 +205,7 @@ func (s *Session) Run(ctx context.Context, code string, opts *RunOptions) (*Resu
 func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if !s.settled() {
 		return nil, s.closedErr()
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -235,10 +232,8 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	if err != nil {
 		return r.end(err, memStats{}, nil)
 	}
-	in.pending = append([]byte(strconv.Itoa(len(body))+"\n"), body...)
-	in.resultAt = req.Result
 	if r.opts.Stdin != nil {
-		in.userIn = newStdin(ctx, r.opts.Stdin)
+		in.userIn = newStdin(ctx, r.opts.Stdin, r.state)
 	}
 	in.stdout.w, in.stderr.w = r.stdout, r.stderr
 	in.mem.mem.limit = uint64(r.limits.Memory)
@@ -248,19 +243,45 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	}()
 
 	r.started = time.Now()
-	runErr := in.call(ctx, r.state, r.budget, &s.sb.errno, true)
+	var (
+		out    *Result
+		runErr error
+	)
+	if in.drv != nil {
+		out, runErr = in.execDriver(ctx, r.state, r.budget, &s.sb.errno, body, r.limits.MaxOutput)
+	} else {
+		in.pending = append([]byte(strconv.Itoa(len(body))+"\n"), body...)
+		in.resultAt = req.Result
+		runErr = in.call(ctx, r.state, r.budget, &s.sb.errno, true)
+		if runErr == nil {
+			if out, err = readOutcome(s.sb.ctl, strings.TrimPrefix(req.Result, controlPath), r.limits.MaxOutput); err != nil {
+				runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", err)
+			}
+		}
+		s.sb.clearControl()
+	}
 	mem := memStats{peak: int64(in.mem.mem.peak), hit: in.mem.mem.refused > refusedBefore}
 	s.runs++
-	var out *Result
-	if runErr == nil {
-		if out, err = readOutcome(s.sb.ctl, strings.TrimPrefix(req.Result, controlPath), r.limits.MaxOutput); err != nil {
-			runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", err)
-		}
-	}
-	s.sb.clearControl()
 	res, err := r.end(runErr, mem, out)
 	if out != nil && res.Stop == StopExit {
-		s.checkpoint(in)
+		s.sendEnv, s.reseed = false, false
+		if in.drv == nil {
+			s.checkpoint(in)
+			return res, err
+		}
+		// The instance is idle until the next call, which waits for the
+		// checkpoint (settled) only if it comes before it is taken.
+		done := make(chan error, 1)
+		s.settle = done
+		go func() {
+			defer func() {
+				if p := recover(); p != nil {
+					done <- fmt.Errorf("sandbox: internal error taking a checkpoint: %v", p)
+				}
+				close(done)
+			}()
+			s.checkpoint(in)
+		}()
 		return res, err
 	}
 	if err == nil {
@@ -282,7 +303,6 @@ func (s *Session) setStopRun(cancel context.CancelFunc) {
 // checkpoint makes the state the run left in the instance the one a
 // stopped run rolls back to.
 func (s *Session) checkpoint(in *instance) {
-	s.sendEnv, s.reseed = false, false
 	s.ckpt.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals))
 	// The descriptors a rollback to this checkpoint opens again. One that
 	// cannot be (deleted while open) is left out: a snapshot names it,
@@ -291,6 +311,22 @@ func (s *Session) checkpoint(in *instance) {
 	if fds, _, err := s.describeFiles(in); err == nil {
 		s.fds = fds
 	}
+}
+
+// settled waits for the checkpoint of the last run, if it is being taken,
+// and reports whether the session is still open. Every call but Run's
+// fast path that reads or replaces the instance or the checkpoint, under
+// mu, calls it first.
+func (s *Session) settled() bool {
+	if s.settle == nil {
+		return !s.closed
+	}
+	err := <-s.settle
+	s.settle = nil
+	if err != nil {
+		s.closeLocked(err)
+	}
+	return !s.closed
 }
 
 // rollback replaces the instance, stopped mid-run, with a new one at the
@@ -316,7 +352,7 @@ func (s *Session) rollback(ctx context.Context) {
 func (s *Session) Hibernate() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if !s.settled() {
 		return s.closedErr()
 	}
 	if s.inst == nil {
@@ -364,6 +400,10 @@ func (s *Session) Close() error {
 func (s *Session) closeLocked(reason error) {
 	if s.closed {
 		return
+	}
+	if s.settle != nil {
+		<-s.settle // the checkpoint reads the instance
+		s.settle = nil
 	}
 	s.closed, s.reason = true, reason
 	s.inst.close()

@@ -306,7 +306,11 @@ func TestSessionResumeRejects(t *testing.T) {
 	check("foreign base", foreign, sandbox.ErrSnapshotGuest)
 
 	_, err := sandboxtest.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
-	assert.ErrorIs(t, err, sandbox.ErrNoSessions)
+	if sandboxtest.Guest(t) == sandbox.GuestNPM {
+		assert.ErrorIs(t, err, sandbox.ErrNoSessions)
+	} else {
+		assert.NoError(t, err, "the built guest's one build has sessions")
+	}
 
 	// A valid snapshot that needs more than this session allows.
 	_, err = g.ResumeSession(context.Background(), bytes.NewReader(snap), &sandbox.Config{Limits: sandbox.Limits{Memory: 4 << 20}})

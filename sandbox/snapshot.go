@@ -67,7 +67,7 @@ func (s *Session) Snapshot(w io.Writer) error {
 func (s *Session) capture() (*snapshot.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if !s.settled() {
 		return nil, s.closedErr()
 	}
 	fds, err := s.carriedFiles()
@@ -356,7 +356,7 @@ func describeLayout(ms []snapshot.Mount) string {
 func (s *Session) Fork(ctx context.Context) (*Session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if !s.settled() {
 		return nil, s.closedErr()
 	}
 	fds, err := s.carriedFiles()

@@ -93,7 +93,7 @@ func TestResultStopOneShot(t *testing.T) {
 
 // TestResultStopSession checks Result.Stop for session runs.
 func TestResultStopSession(t *testing.T) {
-	s := newSession(t, &sandbox.Config{TotalFuel: 2_000_000_000})
+	s := newSession(t, &sandbox.Config{TotalFuel: 200_000_000_000})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string

@@ -34,11 +34,14 @@ import (
 )
 
 // Version is the format version this package writes. Version 2 added the
-// open descriptors (Header.Descriptors); Decode reads versions 1 and 2 (a
-// version 1 snapshot holds no descriptors: sessions refused to snapshot
-// with files open). Encode always writes version 2, which builds that read
-// only version 1 refuse with ErrVersion.
-const Version = 2
+// open descriptors (Header.Descriptors); version 3 allows a snapshot
+// without a pause buffer (Header.AsyncifyBuffer 0: a session of a guest
+// with the driver's entry points, whose state between runs is its memory
+// alone). Decode reads versions 1 to 3 (a version 1 snapshot holds no
+// descriptors: sessions refused to snapshot with files open). Encode
+// always writes version 3, which builds that read only older versions
+// refuse with ErrVersion.
+const Version = 3
 
 // MinVersion is the oldest format version Decode reads.
 const MinVersion = 1
@@ -143,7 +146,9 @@ type Header struct {
 	Base string `json:"base"`
 	// MemorySize is the size of linear memory in bytes.
 	MemorySize uint64 `json:"memory_size"`
-	// AsyncifyBuffer is the address of the asyncify data buffer.
+	// AsyncifyBuffer is the address of the asyncify data buffer, or 0 for
+	// a guest that is idle between runs rather than paused (format
+	// version 3 and later).
 	AsyncifyBuffer uint32 `json:"asyncify_buffer"`
 	// Globals are the guest's exported mutable globals.
 	Globals []Global `json:"globals"`
@@ -400,7 +405,7 @@ func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
 	if err := decodeHeader(header, &s.Header); err != nil {
 		return nil, err
 	}
-	if err := checkHeader(&s.Header, lim); err != nil {
+	if err := checkHeader(&s.Header, version, lim); err != nil {
 		return nil, err
 	}
 	if version < 2 && len(s.Header.Descriptors) > 0 {
@@ -549,7 +554,7 @@ func checkDescriptors(h *Header, kind error) error {
 	return nil
 }
 
-func checkHeader(h *Header, lim Limits) error {
+func checkHeader(h *Header, version uint32, lim Limits) error {
 	switch {
 	case h.Guest == "" || h.Base == "":
 		return fmt.Errorf("%w: no guest or base image ID", ErrCorrupt)
@@ -557,7 +562,7 @@ func checkHeader(h *Header, lim Limits) error {
 		return fmt.Errorf("%w: memory size %d (not a multiple of 64 KiB)", ErrCorrupt, h.MemorySize)
 	case h.MemorySize > lim.MaxMemory:
 		return fmt.Errorf("%w: %d bytes of memory, at most %d allowed", ErrLimit, h.MemorySize, lim.MaxMemory)
-	case h.AsyncifyBuffer == 0 || uint64(h.AsyncifyBuffer) >= h.MemorySize:
+	case (h.AsyncifyBuffer == 0 && version < 3) || uint64(h.AsyncifyBuffer) >= h.MemorySize:
 		return fmt.Errorf("%w: asyncify buffer at %d outside memory", ErrCorrupt, h.AsyncifyBuffer)
 	case len(h.Mounts) == 0:
 		return fmt.Errorf("%w: no mounts", ErrCorrupt)

@@ -6,7 +6,10 @@
 #
 # A request is the session driver's JSON request (sandbox/driver.py):
 # code, n, env, seed, path, site, mounts, max_value; "result" is not
-# needed, the outcome is returned. The code runs in one persistent
+# needed, the outcome is returned. A one-shot run from an image adds name
+# (the code's file name in tracebacks, default <run-N>), argv (sys.argv)
+# and final (run atexit's functions after the code, as an exiting
+# interpreter does). The code runs in one persistent
 # __main__ namespace; the last statement, if an expression, is evaluated
 # apart for its repr (and builtins._).
 #
@@ -39,7 +42,16 @@ def _fumehood_driver():
         while tb is not None and tb.tb_frame.f_globals is G:
             tb = tb.tb_next
         if isinstance(e, SyntaxError):
-            tb = None
+            return None
+        # As CPython's own printer: the last sys.tracebacklimit frames
+        # (1000), which also keeps a RecursionError's traceback quick.
+        limit = getattr(sys, 'tracebacklimit', 1000)
+        limit = max(limit, 0) if isinstance(limit, int) else 1000
+        depth, t = 0, tb
+        while t is not None:
+            depth, t = depth + 1, t.tb_next
+        for _ in range(depth - limit):
+            tb = tb.tb_next
         return tb
 
     def run(req):
@@ -72,7 +84,10 @@ def _fumehood_driver():
         code = req.get('code')
         if code is None:
             return out
-        name = '<run-%d>' % req.get('n', 0)
+        name = req.get('name') or '<run-%d>' % req.get('n', 0)
+        argv = req.get('argv')
+        if argv is not None:
+            sys.argv[:] = [str(a) for a in argv]
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         runs.append(name)
         if len(runs) > 64:
@@ -102,9 +117,13 @@ def _fumehood_driver():
                     hint(e)
                 except BaseException:
                     pass
-            text = ''.join(traceback.format_exception(type(e), e, trimmed(e)))
+            tb = trimmed(e)
+            text = ''.join(traceback.format_exception(type(e), e, tb))
             try:
-                sys.stderr.write(text)
+                if sys.excepthook is sys.__excepthook__:
+                    sys.stderr.write(text)
+                else:
+                    sys.excepthook(type(e), e, tb)
             except BaseException:
                 pass
             try:
@@ -116,10 +135,31 @@ def _fumehood_driver():
             out['traceback'] = text
         return out
 
+    def final():
+        # What an exiting interpreter runs: atexit's functions.
+        try:
+            import atexit
+            atexit._run_exitfuncs()
+        except BaseException:
+            pass
+
+    def pack(out, n):
+        meta = {'value': 'value' in out, 'exception': 'type' in out, 'exit': out.get('exit')}
+        parts = [dumps(meta).encode()]
+        for k in ('value', 'type', 'message', 'traceback'):
+            parts.append(out[k][:n].encode('utf-8', 'backslashreplace')[:n] if k in out else b'')
+        return b''.join([b for p in parts for b in (len(p).to_bytes(4, 'little'), p)])
+
     def fumehood_exec(data):
+        n = None
         try:
             req = loads(data)
+            # The cut is read before the code runs, which can reach req.
+            n = req.get('max_value') if type(req) is dict else None
+            n = n + 1 if type(n) is int and n >= 0 else None
             out = run(req)
+            if req.get('final'):
+                final()
         except BaseException as e:
             req = {}
             out = {'type': type(e).__name__, 'message': 'fumehood driver: ' + str(e), 'traceback': ''}
@@ -135,13 +175,11 @@ def _fumehood_driver():
             except OSError:
                 pass
             fh._fd = None
-        n = req.get('max_value') if type(req) is dict else None
-        n = n + 1 if type(n) is int and n >= 0 else None
-        meta = {'value': 'value' in out, 'exception': 'type' in out, 'exit': out.get('exit')}
-        parts = [dumps(meta).encode()]
-        for k in ('value', 'type', 'message', 'traceback'):
-            parts.append(out[k][:n].encode('utf-8', 'backslashreplace')[:n] if k in out else b'')
-        return b''.join(len(p).to_bytes(4, 'little') + p for p in parts)
+        try:
+            return pack(out, n)
+        except MemoryError:
+            # The texts did not fit in what memory is left: what does.
+            return pack(out, min(n or 4096, 4096))
 
     # Pay for first uses now, so that they are in the initialized image:
     # the ast types compile() sets up, traceback's formatting.
