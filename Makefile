@@ -111,7 +111,7 @@ soak: guest
 # The concurrency tests, the soak's short form and the hostile suite under
 # the race detector.
 race: guest
-	$(GO) test -race ./sandbox -run 'TestConcurrent|TestSoak|TestHostile|TestHuge|TestTable|TestSessionConcurrentUse|TestSessionCloseStops|TestSessionForks' -count=1 -short -timeout 30m
+	$(GO) test -race ./sandbox -run 'TestConcurrent|TestSoak|TestHostile|TestHuge|TestTable|TestSessionConcurrentUse|TestSessionCloseStops|TestSessionForks|TestSessionOpenFiles|TestSessionSnapshot|TestOneShotLayouts' -count=1 -short -timeout 30m
 
 # Benchmarks against native CPython, bubblewrap and Pyodide (installed by
 # bench/setup.sh into the cache directory): several minutes, not part of test.

@@ -107,6 +107,8 @@ type Guest struct {
 	prefetched atomic.Pointer[prefetch] // the default layout's base image, being read
 	pyInfo     PythonInfo               // which Python guest (zero if not Python)
 	stdlib     afero.Fs                 // the built guest's standard library, mounted at stdlibPath
+	mems       memPool                  // the linear memories of closed instances (newInstance)
+	background sync.WaitGroup           // sessions' checkpoints and releases after Run or Close returned
 
 	closeOnce sync.Once
 	closeErr  error
@@ -479,6 +481,8 @@ func (g *Guest) Close() error {
 	ctx := context.Background()
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
+		g.background.Wait() // they read instances the runtime closes
+		g.mems.close()
 		g.closeErr = g.rt.Close(ctx)
 		if err := g.cache.Close(ctx); g.closeErr == nil {
 			g.closeErr = err

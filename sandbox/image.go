@@ -72,8 +72,10 @@ type checkpoint struct {
 	globals []uint64
 }
 
-// update records mem's pages and the globals as the new checkpoint.
-func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64) {
+// update records mem's pages and the globals as the new checkpoint. The
+// first dead pages are left as they were: a stack that is empty between
+// runs (see Guest.deadStack).
+func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead int) {
 	n := len(mem) / pageSize
 	if len(c.pages) < n {
 		c.pages = append(c.pages, make([][]byte, n-len(c.pages))...)
@@ -82,7 +84,7 @@ func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64) {
 	if len(c.owned) < n {
 		c.owned = append(c.owned, make([]bool, n-len(c.owned))...)
 	}
-	for i := 0; i < n; i++ {
+	for i := min(dead, n); i < n; i++ {
 		cur := mem[i*pageSize : (i+1)*pageSize]
 		ref := c.pages[i]
 		if ref == nil {
@@ -253,7 +255,9 @@ func (b *baseImages) get(ctx context.Context, layout string, build func(context.
 		b.images[layout] = e
 		b.evictLocked()
 		b.mu.Unlock()
-		e.img, e.err = build(ctx)
+		// Not canceled with the first caller's context: others may be
+		// waiting for the image, each until its own context is done.
+		e.img, e.err = build(context.WithoutCancel(ctx))
 		if e.err != nil {
 			// Let a later caller try again.
 			b.mu.Lock()
@@ -497,4 +501,20 @@ func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
 		}
 	}
 	return nil
+}
+
+// deadStack is how many pages at the bottom of memory hold nothing alive
+// between two runs of a guest with the driver: its C stack comes first
+// (wasm-ld --stack-first, below every data segment) and is empty whenever
+// no call is running, so what the last run left there is garbage no
+// well-defined program reads before writing. A checkpoint does not compare
+// those pages (8 MiB of the built guest's 20: the largest part of what
+// every run's checkpoint reads), and a rollback, fork or resume gets the
+// base image's. For other guests it is 0: a paused session's stack is
+// alive.
+func (g *Guest) deadStack() int {
+	if !g.driver || !g.stack.ok || !g.stack.first {
+		return 0
+	}
+	return int(g.stack.top / pageSize)
 }

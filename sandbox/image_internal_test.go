@@ -1,14 +1,26 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// builtGuest compiles the built guest for one test, or skips it.
+func builtGuest(t testing.TB) *Guest {
+	g, err := CompilePython(context.Background(), &Options{Guest: GuestBuilt})
+	if err != nil {
+		t.Skipf("the built guest is needed: %v", err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
 
 // TestBaseImagesBounded: a guest keeps at most maxBaseImages base images,
 // the ones used last.
@@ -36,11 +48,7 @@ func TestBaseImagesBounded(t *testing.T) {
 // image; the guest keeps no more than maxBaseImages of them.
 func TestOneShotLayoutsBounded(t *testing.T) {
 	ctx := context.Background()
-	g, err := CompilePython(ctx, &Options{Guest: GuestBuilt})
-	if err != nil {
-		t.Skipf("the built guest is needed: %v", err)
-	}
-	defer g.Close()
+	g := builtGuest(t)
 	g.cacheDir = "" // no image files for these layouts
 	for i := range maxBaseImages + 3 {
 		sb, err := g.NewSandbox(&Config{Mounts: []Mount{{Path: fmt.Sprintf("/v%d", i), FS: afero.NewMemMapFs()}}})
@@ -54,4 +62,60 @@ func TestOneShotLayoutsBounded(t *testing.T) {
 		g.bases.mu.Unlock()
 		assert.LessOrEqual(t, n, maxBaseImages)
 	}
+}
+
+// TestMemoryPoolGivesZeroedMemory is the attack on the memory pool: a
+// guest fills its whole memory, grown past its image, with a secret; the
+// next instance, which gets that memory from the pool, must hold exactly
+// what an instance with a memory of its own holds.
+func TestMemoryPoolGivesZeroedMemory(t *testing.T) {
+	ctx := context.Background()
+	g := builtGuest(t)
+	sb, err := g.NewSandbox(nil)
+	require.NoError(t, err)
+	defer sb.Close()
+	fresh := func() *instance {
+		var in *instance
+		in, err := g.newInstance(ctx, sb.fscfg, &sessionClock{in: &in}, seededRand(0), nil, []string{"python"}, DefaultMemoryLimit, 0)
+		require.NoError(t, err)
+		return in
+	}
+	victim := fresh()
+	_, ok := victim.mod.Memory().Grow(64)
+	require.True(t, ok)
+	mem := victim.linear()
+	for i := range mem {
+		mem[i] = 0xA5
+	}
+	used := cap(mem)
+	victim.close()
+	require.Len(t, g.mems.free, 1, "the memory went back to the pool")
+
+	next := fresh()
+	defer next.close()
+	assert.Equal(t, used, cap(next.linear()), "the pooled memory was reused")
+	g.mems.close()
+	own := fresh() // the pool is closed: a memory of its own
+	defer own.close()
+	assert.Equal(t, len(own.linear()), len(next.linear()))
+	assert.True(t, bytes.Equal(own.linear(), next.linear()), "a pooled memory holds nothing of its last instance")
+	past := next.linear()[len(next.linear()):cap(next.linear())]
+	assert.NotEmpty(t, past)
+	assert.Equal(t, len(past), bytes.Count(past, []byte{0}), "nor past its length")
+}
+
+// TestImageBuildOutsideRunLimits: the first run of a layout makes its
+// image (about half a second) outside the run's limits, so a run with a
+// short deadline or a small fuel budget is not charged for it.
+func TestImageBuildOutsideRunLimits(t *testing.T) {
+	ctx := context.Background()
+	g := builtGuest(t)
+	g.cacheDir = "" // no image on disk: the run makes it
+	sb, err := g.NewSandbox(&Config{Mounts: []Mount{{Path: "/fresh-layout", FS: afero.NewMemMapFs()}}})
+	require.NoError(t, err)
+	defer sb.Close()
+	res, err := sb.Run(ctx, "print(1)", &RunOptions{Limits: Limits{Timeout: 100 * time.Millisecond, Fuel: 20_000_000}})
+	require.NoError(t, err)
+	assert.Equal(t, "1\n", string(res.Stdout))
+	assert.Less(t, res.FuelUsed, int64(20_000_000))
 }

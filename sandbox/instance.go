@@ -157,6 +157,9 @@ func (in *instance) close() {
 	if in != nil && in.mod != nil {
 		in.mod.Close(context.Background())
 		in.mod = nil
+		if in.mem.mem != nil {
+			in.mem.mem.release()
+		}
 	}
 }
 
@@ -166,7 +169,7 @@ func (in *instance) linear() []byte { return in.mem.mem.buf }
 // newInstance instantiates the session build with the session's I/O. It
 // does not start it.
 func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *sessionClock, rnd io.Reader, env map[string]string, args []string, memLimit, reserve uint64) (*instance, error) {
-	in := &instance{mem: &memoryAllocator{limit: memLimit, reserve: reserve}, stack: g.stack}
+	in := &instance{mem: &memoryAllocator{limit: memLimit, reserve: reserve, pool: &g.mems}, stack: g.stack}
 	mc := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions().

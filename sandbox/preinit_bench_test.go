@@ -54,11 +54,7 @@ func medianOf(n int, f func()) time.Duration {
 //	go test ./sandbox -run '^$' -bench Preinit -benchtime 1x
 func BenchmarkPreinit(b *testing.B) {
 	ctx := context.Background()
-	g, err := CompilePython(ctx, &Options{Guest: GuestBuilt})
-	if err != nil {
-		b.Skipf("the built guest is needed: %v", err)
-	}
-	defer g.Close()
+	g := builtGuest(b)
 	require.True(b, g.driver)
 	old := asyncifyBuilt(b)
 	defer old.Close()

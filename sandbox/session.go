@@ -78,7 +78,7 @@ type Session struct {
 	// settle, while not nil, receives (an error or nothing, then closes)
 	// once the checkpoint of the last run is taken: the driver's sessions
 	// take it after Run returned. See settled.
-	settle  chan error
+	settle  chan settling
 	reseed  bool      // send a new random seed with the next run
 	sendEnv bool      // send the environment with the next run
 	rand    io.Reader // the session's random source
@@ -271,16 +271,20 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 		}
 		// The instance is idle until the next call, which waits for the
 		// checkpoint (settled) only if it comes before it is taken.
-		done := make(chan error, 1)
+		done := make(chan settling, 1)
 		s.settle = done
+		ck := s.ckpt
+		s.g.background.Add(1)
 		go func() {
+			var out settling
 			defer func() {
 				if p := recover(); p != nil {
-					done <- fmt.Errorf("sandbox: internal error taking a checkpoint: %v", p)
+					out.err = fmt.Errorf("sandbox: internal error taking a checkpoint: %v", p)
 				}
-				close(done)
+				done <- out
+				s.g.background.Done()
 			}()
-			s.checkpoint(in)
+			out.fds = s.takeCheckpoint(ck, in)
 		}()
 		return res, err
 	}
@@ -303,28 +307,42 @@ func (s *Session) setStopRun(cancel context.CancelFunc) {
 // checkpoint makes the state the run left in the instance the one a
 // stopped run rolls back to.
 func (s *Session) checkpoint(in *instance) {
-	s.ckpt.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals))
-	// The descriptors a rollback to this checkpoint opens again. One that
-	// cannot be (deleted while open) is left out: a snapshot names it,
-	// since it describes the live instance.
-	s.fds = nil
+	s.fds = s.takeCheckpoint(s.ckpt, in)
+}
+
+// takeCheckpoint updates ck with the state of in and returns the
+// descriptors a rollback to it opens again. One that cannot be (deleted
+// while open) is left out: a snapshot names it, since it describes the
+// live instance. It reads only in, ck and what does not change while the
+// session lives, so it can run while the session is idle.
+func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descriptor {
+	ck.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals), s.g.deadStack())
 	if fds, _, err := s.describeFiles(in); err == nil {
-		s.fds = fds
+		return fds
 	}
+	return nil
+}
+
+// settling is what a checkpoint taken after Run returned reports.
+type settling struct {
+	fds []snapshot.Descriptor
+	err error
 }
 
 // settled waits for the checkpoint of the last run, if it is being taken,
-// and reports whether the session is still open. Every call but Run's
-// fast path that reads or replaces the instance or the checkpoint, under
-// mu, calls it first.
+// and reports whether the session is still open. Every call that reads or
+// replaces the instance, the checkpoint or the open descriptors, under mu,
+// calls it first.
 func (s *Session) settled() bool {
 	if s.settle == nil {
 		return !s.closed
 	}
-	err := <-s.settle
+	out := <-s.settle
 	s.settle = nil
-	if err != nil {
-		s.closeLocked(err)
+	if out.err != nil {
+		s.closeLocked(out.err)
+	} else {
+		s.fds = out.fds
 	}
 	return !s.closed
 }
@@ -402,8 +420,27 @@ func (s *Session) closeLocked(reason error) {
 		return
 	}
 	if s.settle != nil {
-		<-s.settle // the checkpoint reads the instance
-		s.settle = nil
+		// The checkpoint reads the instance and the mounts: they are
+		// released once it is taken, and Close does not wait for it.
+		// The sandbox is closed now for its files; its host-call
+		// server, which a descriptor's description may read, after.
+		done, in, host := s.settle, s.inst, s.sb.host
+		if s.sb.closed {
+			host = nil
+		}
+		s.sb.closed, s.sb.mounts = true, nil
+		s.settle, s.inst, s.ckpt = nil, nil, nil
+		s.closed, s.reason = true, reason
+		s.g.background.Add(1)
+		go func() {
+			defer s.g.background.Done()
+			<-done
+			in.close()
+			if host != nil {
+				host.Close()
+			}
+		}()
+		return
 	}
 	s.closed, s.reason = true, reason
 	s.inst.close()
