@@ -70,6 +70,7 @@ type checkpoint struct {
 	pages   [][]byte // nil where the page equals the base image's
 	owned   []bool   // pages[i] is this checkpoint's alone
 	globals []uint64
+	packed  *packed // while hibernating: the pages, compressed (pack.go)
 }
 
 // update records mem's pages and the globals as the new checkpoint. The

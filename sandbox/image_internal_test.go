@@ -119,3 +119,24 @@ func TestImageBuildOutsideRunLimits(t *testing.T) {
 	assert.Equal(t, "1\n", string(res.Stdout))
 	assert.Less(t, res.FuelUsed, int64(20_000_000))
 }
+
+// TestHibernatedCheckpointPacked: a hibernated session keeps its pages
+// compressed and no page table, and wakes to the same state.
+func TestHibernatedCheckpointPacked(t *testing.T) {
+	ctx := context.Background()
+	g := builtGuest(t)
+	s, err := g.NewSession(ctx, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Run(ctx, "x = [i * i for i in range(10000)]", nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Hibernate())
+	require.Nil(t, s.ckpt.pages)
+	require.NotNil(t, s.ckpt.packed)
+	pages := len(s.ckpt.packed.index) / 4
+	assert.Positive(t, pages)
+	assert.Less(t, len(s.ckpt.packed.data), pages*pageSize/2, "%d pages", pages)
+	res, err := s.Run(ctx, "sum(x)", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "333283335000", res.Value)
+}

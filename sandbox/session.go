@@ -166,6 +166,9 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 // strict, a descriptor it cannot open again is an error (an
 // *OpenFileError); otherwise it is left closed.
 func (s *Session) instantiate(ctx context.Context, strict bool) error {
+	if err := s.ckpt.unpack(); err != nil {
+		return err
+	}
 	clock := &sessionClock{s: s, in: &s.inst}
 	in, err := s.g.newInstance(ctx, s.sb.fscfg, clock, s.rand, nil, driverArgs(), uint64(s.sb.limits.Memory), s.ckpt.size)
 	if err != nil {
@@ -383,6 +386,8 @@ func (s *Session) Hibernate() error {
 	s.inst.close()
 	s.inst = nil
 	s.fds = fds
+	// Kept compressed until it wakes: a failure only costs memory.
+	_ = s.ckpt.pack()
 	return nil
 }
 

@@ -363,7 +363,9 @@ func TestSessionHibernate(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	assert.Equal(t, "[1, 2, 3]", run(t, f, "x").Value)
-	require.NoError(t, s.Snapshot(&bytes.Buffer{}))
+	var snap bytes.Buffer
+	require.NoError(t, s.Snapshot(&snap))
+	assert.Equal(t, "[1, 2, 3]", run(t, resume(t, snap.Bytes(), nil), "x").Value, "a hibernated session's snapshot")
 
 	run(t, s, "held = open('/work/f')")
 	require.NoError(t, s.Hibernate(), "open files are carried")

@@ -74,6 +74,9 @@ func (s *Session) capture() (*snapshot.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.ckpt.unpack(); err != nil {
+		return nil, err
+	}
 	snap := &snapshot.Snapshot{Header: snapshot.Header{
 		Descriptors:    fds,
 		Guest:          s.g.id,
@@ -362,6 +365,9 @@ func (s *Session) Fork(ctx context.Context) (*Session, error) {
 	fds, err := s.carriedFiles()
 	if err != nil {
 		return nil, err
+	}
+	if err := s.ckpt.unpack(); err != nil {
+		return nil, fmt.Errorf("sandbox: fork: %w", err)
 	}
 	var fill func(afero.Fs) error
 	if s.root != nil {
