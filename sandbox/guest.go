@@ -418,10 +418,12 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if _, ok := compiled.ExportedFunctions()["_start"]; !ok {
 		return nil, fmt.Errorf("%w: it exports no _start function (not a WASI command)", ErrInvalidModule)
 	}
-	return &Guest{
+	g = &Guest{
 		rt: rt, compiled: compiled, cache: cache, cacheDir: dir,
 		fuel: true, minMemory: minMem, stack: stack,
-	}, nil
+	}
+	g.mems.wg = &g.background
+	return g, nil
 }
 
 // memoryLayout returns the initial size, in bytes, of the module's memory
@@ -481,8 +483,8 @@ func (g *Guest) Close() error {
 	ctx := context.Background()
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
-		g.background.Wait() // they read instances the runtime closes
 		g.mems.close()
+		g.background.Wait() // they read instances the runtime closes
 		g.closeErr = g.rt.Close(ctx)
 		if err := g.cache.Close(ctx); g.closeErr == nil {
 			g.closeErr = err

@@ -89,6 +89,7 @@ func TestMemoryPoolGivesZeroedMemory(t *testing.T) {
 	}
 	used := cap(mem)
 	victim.close()
+	g.background.Wait() // the zeroing
 	require.Len(t, g.mems.free, 1, "the memory went back to the pool")
 
 	next := fresh()

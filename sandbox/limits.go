@@ -305,16 +305,20 @@ func (a *memoryAllocator) Allocate(capacity, maximum uint64) experimental.Linear
 }
 
 // memPool keeps the linear memories of a guest's closed instances, zeroed,
-// for its next ones. A new memory of 20 MiB costs Go a zeroing of all of
+// for its next ones. A new memory of 28 MiB costs Go a zeroing of all of
 // it, often of pages the runtime returned to the system meanwhile, and
 // touching a page the system must back again is dear (13 µs a page in a
 // virtual machine measured, 67 ms for 20 MiB); a pooled one was touched
-// already, and only the part the last instance used is zeroed. It keeps
-// at most maxPooled memories of at most maxPooledBytes each.
+// already, and only the part the last instance used is zeroed, on a
+// goroutine of its own, after the instance's owner let go of it. It keeps
+// at most maxPooled memories of at most maxPooledBytes each, those being
+// zeroed included.
 type memPool struct {
-	mu     sync.Mutex
-	free   [][]byte
-	closed bool
+	mu      sync.Mutex
+	free    [][]byte
+	zeroing int // memories being zeroed, which will be free
+	closed  bool
+	wg      *sync.WaitGroup // the guest's background work, which Close waits for
 }
 
 const (
@@ -343,17 +347,26 @@ func (p *memPool) put(b []byte) {
 		return
 	}
 	p.mu.Lock()
-	full := p.closed || len(p.free) >= maxPooled
-	p.mu.Unlock()
-	if full {
+	defer p.mu.Unlock()
+	if p.closed || len(p.free)+p.zeroing >= maxPooled {
 		return
 	}
-	clear(b)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed && len(p.free) < maxPooled {
-		p.free = append(p.free, b[:0])
+	p.zeroing++
+	if p.wg != nil {
+		p.wg.Add(1)
 	}
+	go func() {
+		if p.wg != nil {
+			defer p.wg.Done()
+		}
+		clear(b)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.zeroing--
+		if !p.closed {
+			p.free = append(p.free, b[:0])
+		}
+	}()
 }
 
 // close drops the pooled memories and keeps no more.
