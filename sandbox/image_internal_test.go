@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/spf13/afero"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -140,4 +143,38 @@ func TestHibernatedCheckpointPacked(t *testing.T) {
 	res, err := s.Run(ctx, "sum(x)", nil)
 	require.NoError(t, err)
 	assert.Equal(t, "333283335000", res.Value)
+}
+
+// TestFreshPagesCached: a base image loaded from the cache reads its
+// fresh pages from the file beside it, which says the same as comparing
+// with a fresh instance; a file of another image or a damaged one is
+// ignored and written again.
+func TestFreshPagesCached(t *testing.T) {
+	ctx := context.Background()
+	g := builtGuest(t)
+	g.cacheDir = t.TempDir()
+	layout := []snapshot.Mount{{Path: "/", InMemory: true}, {Path: "/cached"}, {Path: controlPath}}
+	b, err := g.base(ctx, layout)
+	require.NoError(t, err)
+	file := g.baseFile(layout)
+	require.FileExists(t, file)
+	want := b.fresh
+	require.NotEmpty(t, want)
+
+	load := func() []uint32 {
+		l, err := g.loadBase(ctx, file, layout)
+		require.NoError(t, err)
+		return l.fresh
+	}
+	require.FileExists(t, freshFile(file), "written with the image")
+	assert.Equal(t, want, readFresh(file, b.digest))
+	assert.Equal(t, want, load(), "read from the file")
+	assert.Nil(t, readFresh(file, strings.Repeat("0", len(b.digest))), "another image's")
+
+	data, err := os.ReadFile(freshFile(file))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(freshFile(file), data[:len(data)-1], 0o644))
+	assert.Nil(t, readFresh(file, b.digest), "damaged")
+	assert.Equal(t, want, load(), "computed again")
+	assert.Equal(t, want, readFresh(file, b.digest), "and written again")
 }

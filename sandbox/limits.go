@@ -359,7 +359,12 @@ func (p *memPool) put(b []byte) {
 		if p.wg != nil {
 			defer p.wg.Done()
 		}
-		clear(b)
+		// A MiB at a time, so that Guest.Close, which waits for this,
+		// does not wait for the rest (the command line closes its guest
+		// right after its one run).
+		for at := 0; at < len(b) && !p.isClosed(); at += 1 << 20 {
+			clear(b[at:min(at+1<<20, len(b))])
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.zeroing--
@@ -367,6 +372,12 @@ func (p *memPool) put(b []byte) {
 			p.free = append(p.free, b[:0])
 		}
 	}()
+}
+
+func (p *memPool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // close drops the pooled memories and keeps no more.

@@ -140,12 +140,12 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 	}
 	var in *instance
 	r.state.setClocks(ctx, s.cfg.Deterministic, 0, nil)
-	in, err = s.g.newInstance(ctx, s.fscfg, &sessionClock{in: &in}, rnd, nil, []string{"python"}, uint64(r.limits.Memory), uint64(len(base.mem)))
+	in, err = s.g.newInstance(ctx, s.fscfg, &sessionClock{in: &in}, rnd, nil, []string{"python"}, uint64(r.limits.Memory), uint64(base.size))
 	if err != nil {
 		return r.end(err, memStats{}, nil)
 	}
 	defer in.close()
-	ck := &checkpoint{size: uint64(len(base.mem))}
+	ck := &checkpoint{size: uint64(base.size)}
 	if err := ck.restore(base, in.mod, in.linear, nil); err != nil {
 		return r.end(err, memStats{}, nil)
 	}

@@ -98,7 +98,7 @@ func (g *Guest) NewSession(ctx context.Context, cfg *Config) (*Session, error) {
 		return nil, err
 	}
 	s.base = base
-	s.ckpt = &checkpoint{size: uint64(len(base.mem)), globals: append([]uint64(nil), base.globals...)}
+	s.ckpt = &checkpoint{size: uint64(base.size), globals: append([]uint64(nil), base.globals...)}
 	s.sendEnv, s.reseed = true, true
 	if err := s.instantiate(ctx, true); err != nil {
 		return nil, err

@@ -310,7 +310,7 @@ func (g *Guest) checkSnapshot(snap *snapshot.Snapshot, base *baseImage) (*checkp
 	if h.Base != base.digest {
 		return nil, fmt.Errorf("%w: its base image %.12s differs from this build's %.12s (another session driver)", ErrSnapshotGuest, h.Base, base.digest)
 	}
-	if h.AsyncifyBuffer != base.buf || h.MemorySize < uint64(len(base.mem)) {
+	if h.AsyncifyBuffer != base.buf || h.MemorySize < uint64(base.size) {
 		return nil, fmt.Errorf("%w: pause buffer or memory size does not fit the base image", ErrSnapshotCorrupt)
 	}
 	if len(h.Globals) != len(g.globals) {
