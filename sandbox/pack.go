@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -50,7 +51,9 @@ func (c *checkpoint) pack() error {
 			raw = append(raw, pg...)
 		}
 	}
-	p.data = enc.EncodeAll(raw, nil)
+	// EncodeAll's buffer has room for the uncompressed size: keep only
+	// what it holds.
+	p.data = bytes.Clone(enc.EncodeAll(raw, nil))
 	c.packed, c.pages, c.owned = p, nil, nil
 	return nil
 }
