@@ -388,3 +388,24 @@ func TestGuestInfoBuilt(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 }
+
+// TestRunWithNumpy runs code on the numpy variant with --with numpy: an
+// error naming the variant's build command where it is not built (never an
+// installation), and numpy where it is.
+func TestRunWithNumpy(t *testing.T) {
+	code, _, errs := fumehood(t, "", "run", "--with", "numpy", "--cache-dir", t.TempDir(), "-c", "print(1)")
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "fumehood guest build --with numpy")
+	assert.NotContains(t, errs, "installing")
+	code, _, errs = fumehood(t, "", "exec", "--with", "numpy", "x.wasm")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errs, "--with is for Python")
+
+	if _, err := cpython.Built(&cpython.Options{With: []string{cpython.Numpy}}); err != nil {
+		t.Skipf("the numpy variant is not built (make guest-build-numpy): %v", err)
+	}
+	code, out, errs := fumehood(t, "", "run", "--with", "numpy", "-c",
+		"import numpy as np; print(int(np.arange(5).sum()), np.linalg.solve([[2.0, 0], [0, 4.0]], [2.0, 4.0]))")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "10 [1. 1.]\n", out)
+}
