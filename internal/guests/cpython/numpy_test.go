@@ -75,48 +75,71 @@ np.testing.assert_allclose(x, [2.0, 3.0])
 print("numpy ok", np.__version__, "import %.0f ms" % ((t1 - t0) * 1000))
 `
 
-// TestNumpyGuest runs numpyProgram in the numpy variant, through
-// sandbox.Compile and Exec with its standard library (numpy's Python files
+// TestNumpyGuest runs numpyProgram in the numpy variant, compiled as a
+// library user compiles it (sandbox.CompilePython with With), with the
+// default limits, and the same program through sandbox.Compile of the
+// unprepared build with its standard library (numpy's Python files
 // included) mounted read-only.
 func TestNumpyGuest(t *testing.T) {
 	info := builtNumpy(t)
 	assert.Equal(t, []string{cpython.Numpy}, info.With)
 	assert.Contains(t, info.Builtins, "numpy._core._multiarray_umath")
-	s := numpySandbox(t, sandbox.Config{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})
 	ctx := context.Background()
-	res, err := s.Exec(ctx, nil, "-c", numpyProgram)
+	g := numpyGuest(t)
+	assert.Equal(t, sandbox.PythonInfo{Guest: sandbox.GuestBuilt, Version: cpython.PythonVersion,
+		SHA256: info.PreparedSHA256, With: []string{cpython.Numpy}}, g.Python())
+	res, err := g.Run(ctx, numpyProgram, nil)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
-	require.Equal(t, 0, res.ExitCode, "stderr: %s", res.Stderr)
 	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
-	t.Logf("%s", res.Stdout)
-}
+	t.Logf("CompilePython: %s", res.Stdout)
 
-// numpySandbox starts a sandbox of the numpy variant, with cfg's mounts
-// after the standard library's.
-func numpySandbox(t *testing.T, cfg sandbox.Config) *sandbox.Sandbox {
-	t.Helper()
-	builtNumpy(t)
-	ctx := context.Background()
 	wasm, _, err := cpython.LoadUnprepared(ctx, withNumpy)
 	require.NoError(t, err)
-	g, err := sandbox.Compile(ctx, wasm, nil)
+	raw, err := sandbox.Compile(ctx, wasm, nil)
 	require.NoError(t, err)
-	t.Cleanup(func() { g.Close() })
+	defer raw.Close()
 	lib, err := cpython.StdlibFS(ctx, withNumpy)
 	require.NoError(t, err)
-	cfg.Mounts = append([]sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}, cfg.Mounts...)
-	s, err := g.NewSandbox(&cfg)
+	s, err := raw.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}})
+	require.NoError(t, err)
+	defer s.Close()
+	res, err = s.Exec(ctx, nil, "-c", numpyProgram)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
+}
+
+// numpyGuest compiles the numpy variant through the public API:
+// sandbox.CompilePython with With.
+func numpyGuest(t *testing.T) *sandbox.Guest {
+	t.Helper()
+	builtNumpy(t)
+	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: []string{cpython.Numpy}})
+	require.NoError(t, err)
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// numpySandbox starts a sandbox of the numpy variant (numpyGuest) with
+// cfg; the standard library, numpy's Python files included, is mounted
+// read-only at /usr.
+func numpySandbox(t *testing.T, cfg sandbox.Config) *sandbox.Sandbox {
+	t.Helper()
+	s, err := numpyGuest(t).NewSandbox(&cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
 
 // TestNumpyBounds checks that numpy's C loops are bounded like any guest
-// code: one matmul call (27e9 multiply-adds) stops on fuel, and an array
-// bigger than the memory limit is a MemoryError in the guest, the run
-// marked as having hit the limit.
+// code: one matmul call (27e9 multiply-adds) stops on fuel, and on the
+// deadline with fuel unlimited; an array bigger than the memory limit
+// (np.ones(10**8) is 763 MiB, np.ones(10**9) 7.45 GiB, past wasm32's 4 GiB)
+// is a MemoryError in the guest, the run marked as having hit the limit;
+// and the sandbox runs numpy normally afterwards.
 func TestNumpyBounds(t *testing.T) {
-	s := numpySandbox(t, sandbox.Config{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})
+	// The sandbox's fuel is unlimited so that a run may lift it (a run
+	// may only lower its sandbox's limits).
+	s := numpySandbox(t, sandbox.Config{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 5 * time.Minute}})
 	ctx := context.Background()
 	res, err := s.Exec(ctx, nil, "-c", "import numpy")
 	require.NoError(t, err, "stderr: %s", res.Stderr)
@@ -129,11 +152,25 @@ func TestNumpyBounds(t *testing.T) {
 	assert.Empty(t, res.Stdout)
 	t.Logf("matmul stopped on fuel after %v", time.Since(start))
 
-	res, err = s.Exec(ctx, nil, "-c", "import numpy as np; a = np.ones(10**8); print(a.sum())")
-	require.Error(t, err)
-	assert.ErrorIs(t, err, sandbox.ErrMemoryLimit)
-	assert.True(t, res.MemoryLimitHit)
-	assert.Contains(t, string(res.Stderr), "Unable to allocate 763. MiB")
+	start = time.Now()
+	res, err = s.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 3 * time.Second}},
+		"-c", "import numpy as np; a = np.ones((3000, 3000)); print((a @ a)[0, 0])")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "stderr: %s", res.Stderr)
+	assert.Empty(t, res.Stdout)
+	t.Logf("matmul stopped on the deadline after %v", time.Since(start))
+
+	for n, msg := range map[string]string{"10**8": "Unable to allocate 763. MiB", "10**9": "Unable to allocate 7.45 GiB"} {
+		res, err = s.Exec(ctx, nil, "-c", "import numpy as np; a = np.ones("+n+"); print(a.sum())")
+		require.Error(t, err, n)
+		assert.ErrorIs(t, err, sandbox.ErrMemoryLimit, n)
+		assert.True(t, res.MemoryLimitHit, n)
+		assert.Contains(t, string(res.Stderr), msg)
+		assert.Empty(t, res.Stdout, n)
+	}
+
+	res, err = s.Exec(ctx, nil, "-c", "import numpy as np; print(int(np.ones(10**6).sum()))")
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Equal(t, "1000000\n", string(res.Stdout), "the sandbox is usable after the limits stopped runs")
 }
 
 // TestNumpyVariantKey checks that the numpy variant has its own cache key
