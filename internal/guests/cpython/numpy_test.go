@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -204,20 +205,33 @@ func TestNumpyInputsChecked(t *testing.T) {
 // pytest 7.2.1, pure Python) and its dependencies, mounted read-only.
 var pytestDeps = []string{"_pytest", "pytest", "pluggy", "iniconfig", "packaging", "py", "py.py", "attr", "attrs"}
 
-// TestNumpyTestSuiteSlice runs one file of numpy's own test suite,
-// numpy/lib/tests/test_format.py (the .npy/.npz format: 43 tests), in the
-// numpy variant under Debian's pytest, both mounted read-only from the
-// host. It needs the python3-pytest package and numpy's source tarball in
-// the cache (both are there after `make guest-build-numpy` on a machine
-// where python3-pytest is installed).
+// numpyTestFiles are the files of numpy's own test suite that
+// TestNumpyTestSuiteSlice runs, each with the tests left out (and why) and
+// the summary pytest must print.
+var numpyTestFiles = []struct {
+	file     string
+	deselect []string
+	want     string
+}{
+	// The .npy/.npz format. test_huge_header[r] memory-maps the file,
+	// and WASI has no mmap module.
+	{"numpy/lib/tests/test_format.py", []string{"test_huge_header[r]"}, "37 passed, 5 skipped, 1 deselected"},
+}
+
+// TestNumpyTestSuiteSlice runs files of numpy's own test suite
+// (numpyTestFiles) in the numpy variant under Debian's pytest, both
+// mounted read-only from the host, one run per file. It needs Debian's
+// python3-pytest (`apt-get install python3-pytest`; `make
+// guest-build-numpy` installs it as root) and numpy's source tarball in
+// the cache (there after the variant's build).
 func TestNumpyTestSuiteSlice(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs a numpy test file in the guest (a minute or two)")
+		t.Skip("runs numpy test files in the guest (minutes)")
 	}
 	builtNumpy(t)
 	const dist = "/usr/lib/python3/dist-packages"
 	if _, err := os.Stat(filepath.Join(dist, "_pytest")); err != nil {
-		t.Skip("Debian's python3-pytest is not installed")
+		t.Skip("Debian's python3-pytest is not installed: apt-get install python3-pytest (make guest-build-numpy does, as root)")
 	}
 	cache, err := npm.CacheDir("")
 	require.NoError(t, err)
@@ -226,7 +240,15 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 		t.Skipf("numpy's source tarball is not in the cache: %v", err)
 	}
 	dir := t.TempDir()
-	out, err := exec.Command("tar", "-xf", tarball, "-C", dir, "numpy-2.2.5/numpy/lib/tests").CombinedOutput()
+	tarArgs := []string{"-xf", tarball, "-C", dir}
+	seen := map[string]bool{}
+	for _, f := range numpyTestFiles {
+		if d := "numpy-2.2.5/" + filepath.Dir(f.file); !seen[d] {
+			seen[d] = true
+			tarArgs = append(tarArgs, d)
+		}
+	}
+	out, err := exec.Command("tar", tarArgs...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "site"), 0o755))
 	for _, d := range pytestDeps {
@@ -240,26 +262,33 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 	s := numpySandbox(t, sandbox.Config{Mounts: []sandbox.Mount{{Path: "/pt", FS: host, ReadOnly: true}},
 		Env:    map[string]string{"USER": "sandbox", "HOME": "/tmp"},
 		Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 15 * time.Minute}})
-	// pytest's tmp_path asks for the user id (WASI has none; files are
-	// owned by 0) and its capture, faulthandler and logging plugins
-	// duplicate descriptors or open /dev/null (WASI has neither).
-	// test_huge_header[r] is left out: it memory-maps the file, and WASI
-	// has no mmap module.
-	prog := `
-import os, sys
-sys.path.insert(0, "/pt/site")
-os.getuid = lambda: 0
-import pytest
-sys.exit(pytest.main(["-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
-    "--assert=plain", "--rootdir=/pt/numpy-2.2.5", "-o", "addopts=", "-W", "ignore::pytest.PytestUnknownMarkWarning",
-    "--deselect", "numpy/lib/tests/test_format.py::test_huge_header[r]",
-    "/pt/numpy-2.2.5/numpy/lib/tests/test_format.py"]))
-`
-	res, err := s.Exec(context.Background(), nil, "-c", prog)
-	t.Logf("%s", lastLines(string(res.Stdout), 15))
-	require.NoError(t, err, "stderr: %s", res.Stderr)
-	assert.Contains(t, string(res.Stdout), "37 passed, 5 skipped, 1 deselected")
-	assert.NotContains(t, string(res.Stdout), "failed")
+	for _, f := range numpyTestFiles {
+		t.Run(filepath.Base(f.file), func(t *testing.T) {
+			// pytest's tmp_path asks for the user id (WASI has none;
+			// files are owned by 0) and its capture, faulthandler and
+			// logging plugins duplicate descriptors or open /dev/null
+			// (WASI has neither).
+			args := []string{"-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
+				"--assert=plain", "--rootdir=/pt/numpy-2.2.5", "-o", "addopts=", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+				"-rfE", "--tb=short"}
+			for _, d := range f.deselect {
+				args = append(args, "--deselect", f.file+"::"+d)
+			}
+			args = append(args, "/pt/numpy-2.2.5/"+f.file)
+			quoted := make([]string, len(args))
+			for i, a := range args {
+				quoted[i] = strconv.Quote(a)
+			}
+			prog := "import os, sys\nsys.path.insert(0, \"/pt/site\")\nos.getuid = lambda: 0\nimport pytest\n" +
+				"sys.exit(pytest.main([" + strings.Join(quoted, ", ") + "]))\n"
+			start := time.Now()
+			res, err := s.Exec(context.Background(), nil, "-c", prog)
+			t.Logf("%v, fuel %.3g:\n%s", time.Since(start).Round(time.Second), float64(res.FuelUsed), lastLines(string(res.Stdout), 25))
+			require.NoError(t, err, "stderr: %s", lastLines(string(res.Stderr), 25))
+			assert.Contains(t, lastLines(string(res.Stdout), 1), f.want)
+			assert.NotContains(t, string(res.Stdout), "failed")
+		})
+	}
 }
 
 func lastLines(s string, n int) string {
