@@ -134,9 +134,10 @@ func numpySandbox(t *testing.T, cfg sandbox.Config) *sandbox.Sandbox {
 // TestNumpyBounds checks that numpy's C loops are bounded like any guest
 // code: one matmul call (27e9 multiply-adds) stops on fuel, and on the
 // deadline with fuel unlimited; an array bigger than the memory limit
-// (np.ones(10**8) is 763 MiB, np.ones(10**9) 7.45 GiB, past wasm32's 4 GiB)
-// is a MemoryError in the guest, the run marked as having hit the limit;
-// and the sandbox runs numpy normally afterwards.
+// (np.ones(10**8) is 763 MiB, np.ones(10**9, dtype=np.uint8) 954 MiB) is a
+// MemoryError in the guest, the run marked as having hit the limit, and
+// np.ones(10**9) (8e9 bytes, past wasm32's 4 GiB) numpy's ValueError; and
+// the sandbox runs numpy normally afterwards.
 func TestNumpyBounds(t *testing.T) {
 	// The sandbox's fuel is unlimited so that a run may lift it (a run
 	// may only lower its sandbox's limits).
@@ -160,7 +161,7 @@ func TestNumpyBounds(t *testing.T) {
 	assert.Empty(t, res.Stdout)
 	t.Logf("matmul stopped on the deadline after %v", time.Since(start))
 
-	for n, msg := range map[string]string{"10**8": "Unable to allocate 763. MiB", "10**9": "Unable to allocate 7.45 GiB"} {
+	for n, msg := range map[string]string{"10**8": "Unable to allocate 763. MiB", "10**9, dtype=np.uint8": "Unable to allocate 954. MiB"} {
 		res, err = s.Exec(ctx, nil, "-c", "import numpy as np; a = np.ones("+n+"); print(a.sum())")
 		require.Error(t, err, n)
 		assert.ErrorIs(t, err, sandbox.ErrMemoryLimit, n)
@@ -168,6 +169,13 @@ func TestNumpyBounds(t *testing.T) {
 		assert.Contains(t, string(res.Stderr), msg)
 		assert.Empty(t, res.Stdout, n)
 	}
+	// np.ones(10**9) of float64 is 8e9 bytes, past what wasm32 can
+	// address: numpy refuses it before allocating anything.
+	res, err = s.Exec(ctx, nil, "-c", "import numpy as np; a = np.ones(10**9); print(a.sum())")
+	require.Error(t, err)
+	assert.False(t, res.MemoryLimitHit)
+	assert.Contains(t, string(res.Stderr), "ValueError: array is too big")
+	assert.Empty(t, res.Stdout)
 
 	res, err = s.Exec(ctx, nil, "-c", "import numpy as np; print(int(np.ones(10**6).sum()))")
 	require.NoError(t, err, "stderr: %s", res.Stderr)
