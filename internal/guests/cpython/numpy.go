@@ -22,7 +22,7 @@ const NumpyVersion = "2.2.5"
 
 // NumpyRecipe is the version of the numpy part of the recipe: it changes
 // whenever the numpy variant's output would change for the same inputs.
-const NumpyRecipe = 2
+const NumpyRecipe = 3
 
 // LocalInput is a pinned input that apt cannot fetch: the caller gives its
 // path (Options.Sources) or puts it in the cache's sources directory under
@@ -444,8 +444,10 @@ func (b *builder) numpyLink(ctx context.Context) error {
 	// wasi-libc keeps in a library of its own.
 	link = append(link, b.path("numpy-tools", "numpy_cxa.o"), "-L/usr/lib/llvm-19/lib/wasm32-wasi", "-lc++", "-lc++abi",
 		"-lc-printscan-long-double")
+	// The relink keeps the cross build's stack and initial memory
+	// (stackLDFlags), which make takes from its command line only.
 	return b.run(ctx, b.path("cross"), nil, "make", "python.wasm",
-		"SYSLIBS=$(LIBM) $(LIBC) "+strings.Join(link, " "))
+		"SYSLIBS=$(LIBM) $(LIBC) "+strings.Join(link, " "), "LDFLAGS_NODIST="+stackLDFlags())
 }
 
 // numpyExcluded are parts of numpy's installed tree left out of the

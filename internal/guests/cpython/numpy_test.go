@@ -102,7 +102,13 @@ func TestNumpyGuest(t *testing.T) {
 	g := numpyGuest(t)
 	assert.Equal(t, sandbox.PythonInfo{Guest: sandbox.GuestBuilt, Version: cpython.PythonVersion,
 		SHA256: info.PreparedSHA256, With: []string{cpython.Numpy}}, g.Python())
-	res, err := g.Run(ctx, numpyProgram, nil)
+	// The variant has the default guest's C stack and initial memory
+	// (StackSize, InitialMemory): an empty run's peak memory is its
+	// initial memory.
+	res, err := g.Run(ctx, "pass", nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Equal(t, int64(cpython.InitialMemory), res.PeakMemory)
+	res, err = g.Run(ctx, numpyProgram, nil)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
 	t.Logf("CompilePython: %s", res.Stdout)
