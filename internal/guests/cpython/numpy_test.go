@@ -369,7 +369,7 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 			t.Logf("%v, fuel %.3g:\n%s", time.Since(start).Round(time.Second), float64(res.FuelUsed), lastLines(string(res.Stdout), 25))
 			require.NoError(t, err, "stderr: %s", lastLines(string(res.Stderr), 25))
 			assert.Contains(t, lastLines(string(res.Stdout), 1), f.want)
-			assert.NotContains(t, string(res.Stdout), "failed")
+			assert.NotRegexp(t, `\d+ failed|\d+ errors?\b`, string(res.Stdout))
 		})
 	}
 }
