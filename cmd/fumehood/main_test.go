@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -403,6 +404,12 @@ func TestRunWithNumpy(t *testing.T) {
 
 	if _, err := cpython.Built(&cpython.Options{With: []string{cpython.Numpy}}); err != nil {
 		t.Skipf("the numpy variant is not built (make guest-build-numpy): %v", err)
+	}
+	if _, _, _, err := cpython.LoadSession(context.Background(), &cpython.Options{With: []string{cpython.Numpy}}); errors.Is(err, cpython.ErrSessionNotPrepared) {
+		code, _, errs = fumehood(t, "", "run", "--with", "numpy", "--snapshot", filepath.Join(t.TempDir(), "s"), "-c", "x = 1")
+		assert.Equal(t, exitFailure, code)
+		assert.Contains(t, errs, "not available yet")
+		assert.NotContains(t, errs, "installing")
 	}
 	code, out, errs := fumehood(t, "", "run", "--with", "numpy", "-c",
 		"import numpy as np; print(int(np.arange(5).sum()), np.linalg.solve([[2.0, 0], [0, 4.0]], [2.0, 4.0]))")
