@@ -124,6 +124,8 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			printBuilt(stdout, info)
 			if _, _, ses, err := cpython.LoadSession(ctx, copts); err == nil {
 				fmt.Fprintf(stdout, "session:   sha256:%s (%d bytes; %s)\n", ses.SHA256, ses.Size, strings.Join(ses.Steps[len(ses.Steps)-2:], ", "))
+			} else if len(copts.With) > 0 {
+				fmt.Fprintln(stdout, "session:   none (a variant runs one-shot for now)")
 			} else {
 				fmt.Fprintf(stdout, "session:   not prepared (`%s`)\n", cpython.SessionCommand)
 			}
