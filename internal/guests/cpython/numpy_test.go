@@ -100,8 +100,11 @@ func TestNumpyGuest(t *testing.T) {
 	assert.Contains(t, info.Builtins, "numpy._core._multiarray_umath")
 	ctx := context.Background()
 	g := numpyGuest(t)
-	assert.Equal(t, sandbox.PythonInfo{Guest: sandbox.GuestBuilt, Version: cpython.PythonVersion,
-		SHA256: info.PreparedSHA256, With: []string{cpython.Numpy}}, g.Python())
+	py := g.Python()
+	assert.Equal(t, sandbox.GuestBuilt, py.Guest)
+	assert.Equal(t, cpython.PythonVersion, py.Version)
+	assert.Equal(t, info.PreparedSHA256, py.SHA256)
+	assert.Equal(t, []string{cpython.Numpy}, py.With)
 	// The variant has the default guest's C stack and initial memory
 	// (StackSize, InitialMemory): an empty run's peak memory is its
 	// initial memory.
