@@ -55,8 +55,15 @@ guest-build-session: guest-build tools
 # The variant with numpy 2.2.5 built in (internal/guests/cpython/numpy.go). Its two
 # source tarballs cannot come through apt: NUMPY_SOURCES names a directory
 # holding them (see NumpyInputs); once verified they are kept in the cache.
+# Debian's python3-pytest (pure Python, mounted read-only into the guest) is
+# what TestNumpyTestSuiteSlice runs numpy's own tests with: installed here
+# if missing (as root on a Debian machine), else that test is skipped.
 NUMPY_SOURCES ?=
 guest-build-numpy: build guest-build-tools
+	@[ -d /usr/lib/python3/dist-packages/_pytest ] || \
+		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pytest; } || \
+		echo "note: install Debian's python3-pytest to run numpy's tests in the guest (TestNumpyTestSuiteSlice)"
 	$(BIN) guest build --with numpy $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
 	$(BIN) guest info --built --with numpy
 

@@ -45,6 +45,10 @@ var ErrGuestNotInstalled = npm.ErrGuestNotInstalled
 // is not in the cache. Its message names the command that builds it.
 var ErrGuestNotBuilt = cpython.ErrNotBuilt
 
+// ErrUnknownPart reports an Options.With entry that is not an optional
+// part of the chosen guest.
+var ErrUnknownPart = cpython.ErrUnknownPart
+
 // ErrInvalidModule reports bytes that are not a WebAssembly module wazero
 // can compile, or a module that imports something a sandbox does not offer.
 var ErrInvalidModule = errors.New("sandbox: invalid guest module")
@@ -85,6 +89,12 @@ type Options struct {
 	// GuestNPM, or empty for $FUMEHOOD_GUEST (GuestEnv) or, without it, the
 	// built guest where it is built and the npm guest elsewhere.
 	Guest string
+	// With asks for the variant of the built guest with these optional
+	// parts compiled in: "numpy" (numpy 2.2.5, built by `fumehood guest
+	// build --with numpy`). It implies GuestBuilt; the npm guest has no
+	// parts (ErrUnknownPart). A variant that is not built is an error
+	// matching ErrGuestNotBuilt that names its build command.
+	With []string
 }
 
 // Guest is a compiled guest module. It is safe for concurrent use: each run
@@ -150,6 +160,9 @@ type PythonInfo struct {
 	SHA256 string
 	// Sessions reports the session build.
 	Sessions bool
+	// With lists the optional parts built into the guest (Options.With),
+	// sorted, such as ["numpy"]; empty for the default guest.
+	With []string
 }
 
 // Python says which Python guest g is; the zero PythonInfo for a guest
@@ -158,7 +171,10 @@ func (g *Guest) Python() PythonInfo { return g.pyInfo }
 
 // ChooseGuest returns the Python guest CompilePython loads for opts:
 // opts.Guest, else $FUMEHOOD_GUEST, else GuestBuilt if the built guest is in
-// the cache and GuestNPM if not. It reads only the built guest's manifest.
+// the cache and GuestNPM if not; always GuestBuilt when opts.With names
+// optional parts, which only the built guest has (ErrUnknownPart if opts
+// or $FUMEHOOD_GUEST ask for the npm guest). It reads only the built
+// guest's manifest.
 func ChooseGuest(opts *Options) (string, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -168,9 +184,17 @@ func ChooseGuest(opts *Options) (string, error) {
 		kind = os.Getenv(GuestEnv)
 	}
 	switch kind {
-	case GuestBuilt, GuestNPM:
+	case GuestNPM:
+		if len(opts.With) > 0 {
+			return "", fmt.Errorf("%w: the npm guest has none (With %q): use the built guest", ErrUnknownPart, opts.With)
+		}
+		return kind, nil
+	case GuestBuilt:
 		return kind, nil
 	case "", "auto":
+		if len(opts.With) > 0 {
+			return GuestBuilt, nil
+		}
 		if _, err := cpython.Built(&cpython.Options{CacheDir: opts.CacheDir}); err == nil {
 			return GuestBuilt, nil
 		}
@@ -208,7 +232,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	// its runs and sessions start from images, and its one build serves
 	// both.
 	driver := kind == GuestBuilt
-	info := PythonInfo{Guest: kind, Version: l.version, SHA256: l.sha256, Sessions: opts.Sessions || driver}
+	info := PythonInfo{Guest: kind, Version: l.version, SHA256: l.sha256, Sessions: opts.Sessions || driver, With: l.with}
 	var pre *prefetch
 	if info.Sessions {
 		if dir, err := npm.CacheDir(opts.CacheDir); err == nil {
@@ -250,14 +274,16 @@ type loaded struct {
 	sha256  string
 	version string
 	stdlib  afero.Fs     // the built guest's standard library; nil for the npm guest
+	with    []string     // the built guest's optional parts (Info.With)
 	done    func() error // releases wasm when it is a mapping of the cache
 }
 
-// loadBuilt loads the built guest; mapped maps it from the cache instead
-// of reading it. Its one build serves sessions too: they start from its
-// images through the driver's entry points, with no asyncify.
+// loadBuilt loads the built guest, or its variant with opts.With; mapped
+// maps it from the cache instead of reading it. Its one build serves
+// sessions too: they start from its images through the driver's entry
+// points, with no asyncify.
 func loadBuilt(ctx context.Context, opts *Options, mapped bool) (l loaded, err error) {
-	copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
+	copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.progress(), With: opts.With}
 	var built cpython.Info
 	if mapped {
 		l.wasm, built, l.done, err = cpython.Open(ctx, copts)
@@ -274,7 +300,7 @@ func loadBuilt(ctx context.Context, opts *Options, mapped bool) (l loaded, err e
 		}
 		return l, err
 	}
-	l.version = built.Python
+	l.version, l.with = built.Python, built.With
 	return l, nil
 }
 

@@ -55,6 +55,30 @@ func TestCompileBuiltNotBuilt(t *testing.T) {
 	}
 }
 
+// TestCompileWithParts checks how Options.With chooses the variant of the
+// built guest: it implies the built guest, the npm guest has no parts, an
+// unknown part is refused, and a variant that is not built is
+// ErrGuestNotBuilt naming its own build command.
+func TestCompileWithParts(t *testing.T) {
+	empty := t.TempDir()
+	t.Setenv(sandbox.GuestEnv, "")
+	kind, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty, With: []string{"numpy"}})
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.GuestBuilt, kind, "only the built guest has parts")
+	_, err = sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty, Guest: sandbox.GuestNPM, With: []string{"numpy"}})
+	require.ErrorIs(t, err, sandbox.ErrUnknownPart)
+	t.Setenv(sandbox.GuestEnv, sandbox.GuestNPM)
+	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"numpy"}})
+	require.ErrorIs(t, err, sandbox.ErrUnknownPart)
+	t.Setenv(sandbox.GuestEnv, "")
+
+	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"pandas"}})
+	require.ErrorIs(t, err, sandbox.ErrUnknownPart)
+	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"numpy"}})
+	require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
+	assert.Contains(t, err.Error(), cpython.BuildCommand+" --with numpy")
+}
+
 // TestPythonInfo checks that the compiled guest says which one it is, and
 // that it is the one that runs.
 func TestPythonInfo(t *testing.T) {
@@ -63,6 +87,7 @@ func TestPythonInfo(t *testing.T) {
 	assert.Equal(t, sandboxtest.Guest(t), info.Guest)
 	assert.Equal(t, g.ID(), info.SHA256)
 	assert.Equal(t, info.Guest == sandbox.GuestBuilt, info.Sessions, "the built guest's one build has sessions")
+	assert.Empty(t, info.With, "the default guest has no optional parts")
 	want := npm.Version
 	if info.Guest == sandbox.GuestBuilt {
 		want = cpython.PythonVersion

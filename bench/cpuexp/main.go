@@ -17,7 +17,8 @@
 // CPython build whose standard library is on disk; fuelfs:FILE is fuelwasm
 // with -root mounted at /py and /py put before every path in -env; built is
 // the guest `fumehood guest build` made (internal/guests/cpython) through
-// sandbox.Compile, its standard library mounted read-only at /usr.
+// sandbox.Compile, its standard library mounted read-only at /usr; numpy
+// is built's variant with numpy (`fumehood guest build --with numpy`).
 package main
 
 import (
@@ -256,11 +257,15 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			}
 			return string(res.Stdout), c, nil
 		}, func() { g.Close() }, nil
-	case "fuelwasm", "fuelfs", "built":
+	case "fuelwasm", "fuelfs", "built", "numpy":
 		var wasm []byte
 		var err error
+		var copts *cpython.Options
+		if kind == "numpy" {
+			copts, kind = &cpython.Options{With: []string{cpython.Numpy}}, "built"
+		}
 		if kind == "built" {
-			wasm, _, err = cpython.LoadUnprepared(ctx, nil)
+			wasm, _, err = cpython.LoadUnprepared(ctx, copts)
 		} else {
 			wasm, err = os.ReadFile(file)
 		}
@@ -282,7 +287,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if kind == "built" {
 			// The built guest's standard library, read-only at /usr, one
 			// copy for every sandbox.
-			lib, err := cpython.StdlibFS(ctx, nil)
+			lib, err := cpython.StdlibFS(ctx, copts)
 			if err != nil {
 				return nil, nil, err
 			}

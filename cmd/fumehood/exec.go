@@ -33,6 +33,8 @@ func cmdExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return 0, &usageError{"exec needs FILE.wasm"}
 	case *c.resume != "" || *c.snapshot != "":
 		return 0, &usageError{"exec runs no sessions: --resume and --snapshot are for Python"}
+	case *c.with != "":
+		return 0, &usageError{"exec runs the WASI program given: --with is for Python"}
 	}
 	opts, lim, err := c.config(stdout, stderr)
 	if err != nil {

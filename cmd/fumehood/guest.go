@@ -108,7 +108,7 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *built {
 			kind = sandbox.GuestBuilt
 		} else if !*npmOnly {
-			k, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: *cacheDir})
+			k, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: *cacheDir, With: splitList(*with)})
 			if err != nil {
 				return err
 			}
@@ -116,13 +116,16 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "guest:    %s (the one sandboxes load; $%s or --built/--npm choose)\n", kind, sandbox.GuestEnv)
 		}
 		if kind == sandbox.GuestBuilt {
-			info, err := cpython.Built(&cpython.Options{CacheDir: *cacheDir, With: splitList(*with)})
+			copts := &cpython.Options{CacheDir: *cacheDir, With: splitList(*with)}
+			info, err := cpython.Built(copts)
 			if err != nil {
 				return err
 			}
 			printBuilt(stdout, info)
-			if _, _, ses, err := cpython.LoadSession(ctx, &cpython.Options{CacheDir: *cacheDir}); err == nil {
+			if _, _, ses, err := cpython.LoadSession(ctx, copts); err == nil {
 				fmt.Fprintf(stdout, "session:   sha256:%s (%d bytes; %s)\n", ses.SHA256, ses.Size, strings.Join(ses.Steps[len(ses.Steps)-2:], ", "))
+			} else if len(copts.With) > 0 {
+				fmt.Fprintln(stdout, "session:   none (a variant runs one-shot for now)")
 			} else {
 				fmt.Fprintf(stdout, "session:   not prepared (`%s`)\n", cpython.SessionCommand)
 			}

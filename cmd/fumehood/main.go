@@ -14,6 +14,7 @@
 //	fumehood mcp [--http ADDR]               an MCP server (stdio, or streamable HTTP)
 //	fumehood guest install [--session]       fetch, verify and prepare the npm Python guest
 //	fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
+//	fumehood guest build --with numpy        build its variant with numpy (then: run --with numpy)
 //	fumehood guest info [--built|--npm]      show the guest sandboxes load ($FUMEHOOD_GUEST chooses)
 //	fumehood guest export FILE               write the built guest to one file
 //	fumehood guest import FILE               verify and install a file guest export wrote
@@ -76,6 +77,7 @@ Usage:
   fumehood mcp [--http ADDR]               serve run_python and sessions to MCP clients
   fumehood guest install [--session]       fetch, verify and prepare the npm Python guest (3.12)
   fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
+  fumehood guest build --with numpy        build its variant with numpy 2.2.5 (then: run --with numpy)
   fumehood guest info [--built|--npm]      show the Python guest sandboxes load
                                            ($FUMEHOOD_GUEST=built|npm chooses one)
   fumehood guest export FILE               write the built guest to one file

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -387,4 +388,31 @@ func TestGuestInfoBuilt(t *testing.T) {
 	for _, want := range []string{"CPython 3.13.5", "python3.13_3.13.5.orig.tar.xz", "sha256:", "OPT=-DNDEBUG -O2", "strip-debug@1, errno@1, fuel@4"} {
 		assert.Contains(t, out, want)
 	}
+}
+
+// TestRunWithNumpy runs code on the numpy variant with --with numpy: an
+// error naming the variant's build command where it is not built (never an
+// installation), and numpy where it is.
+func TestRunWithNumpy(t *testing.T) {
+	code, _, errs := fumehood(t, "", "run", "--with", "numpy", "--cache-dir", t.TempDir(), "-c", "print(1)")
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "fumehood guest build --with numpy")
+	assert.NotContains(t, errs, "installing")
+	code, _, errs = fumehood(t, "", "exec", "--with", "numpy", "x.wasm")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errs, "--with is for Python")
+
+	if _, err := cpython.Built(&cpython.Options{With: []string{cpython.Numpy}}); err != nil {
+		t.Skipf("the numpy variant is not built (make guest-build-numpy): %v", err)
+	}
+	if _, _, _, err := cpython.LoadSession(context.Background(), &cpython.Options{With: []string{cpython.Numpy}}); errors.Is(err, cpython.ErrSessionNotPrepared) {
+		code, _, errs = fumehood(t, "", "run", "--with", "numpy", "--snapshot", filepath.Join(t.TempDir(), "s"), "-c", "x = 1")
+		assert.Equal(t, exitFailure, code)
+		assert.Contains(t, errs, "not available yet")
+		assert.NotContains(t, errs, "installing")
+	}
+	code, out, errs := fumehood(t, "", "run", "--with", "numpy", "-c",
+		"import numpy as np; print(int(np.arange(5).sum()), np.linalg.solve([[2.0, 0], [0, 4.0]], [2.0, 4.0]))")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "10 [1. 1.]\n", out)
 }

@@ -45,6 +45,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
 	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
+	with := withFlag(fs)
 	var network networkFlags
 	network.register(fs)
 	var mounts mountFlags
@@ -84,7 +85,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		opts.MemoryBudget = n
 	}
-	c := common{offline: offline, cacheDir: cacheDir}
+	c := common{offline: offline, cacheDir: cacheDir, with: with}
 	py, err := c.compile(ctx, true, stderr)
 	if err != nil {
 		return err

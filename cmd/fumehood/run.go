@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -109,6 +110,7 @@ type common struct {
 	timeout       *time.Duration
 	offline       *bool
 	cacheDir      *string
+	with          *string
 	fuel          *int64
 	memory        *string
 	maxOutput     *string
@@ -126,6 +128,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.timeout = fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run")
 	c.offline = fs.Bool("offline", false, "never download the guest; fail if it is not installed")
 	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
+	c.with = withFlag(fs)
 	c.fuel = fs.Int64("fuel", 0, "fuel budget of a run (WebAssembly instructions); 0 means the default")
 	c.memory = fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
 	c.maxOutput = fs.String("max-output", "", "bytes kept of each of stdout and stderr, such as 1MiB (default 1MiB); past it the run stops")
@@ -175,12 +178,28 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.
 	return cfg, lim, nil
 }
 
+// withFlag adds the --with flag, which run, repl and mcp share.
+func withFlag(fs *flag.FlagSet) *string {
+	return fs.String("with", "", "the built guest's variant with these optional parts, comma-separated: numpy (build it first: `"+
+		cpython.BuildCommand+" --with numpy`)")
+}
+
 // compile compiles the Python guest (its session build if sessions is
-// set), installing it first unless --offline.
+// set), installing it first unless --offline. With --with it compiles the
+// built guest's variant, which is built (`guest build --with`), never
+// installed here.
 func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (*sandbox.Guest, error) {
 	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions}
+	if c.with != nil {
+		opts.With = splitList(*c.with)
+	}
 	py, err := sandbox.CompilePython(ctx, opts)
-	if !errors.Is(err, npm.ErrGuestNotInstalled) || *c.offline {
+	if len(opts.With) > 0 && errors.Is(err, cpython.ErrSessionNotPrepared) {
+		// The variant has no session build of its own (sessions of the
+		// built guest are moving to the pre-initialized image).
+		return nil, fmt.Errorf("sessions (repl, mcp, run --resume/--snapshot) of the variant --with %s are not available yet: run code one-shot (run -c CODE or FILE.py): %w", *c.with, err)
+	}
+	if !errors.Is(err, npm.ErrGuestNotInstalled) || *c.offline || len(opts.With) > 0 {
 		return py, err
 	}
 	what := "the Python guest is"

@@ -22,7 +22,7 @@ const NumpyVersion = "2.2.5"
 
 // NumpyRecipe is the version of the numpy part of the recipe: it changes
 // whenever the numpy variant's output would change for the same inputs.
-const NumpyRecipe = 1
+const NumpyRecipe = 3
 
 // LocalInput is a pinned input that apt cannot fetch: the caller gives its
 // path (Options.Sources) or puts it in the cache's sources directory under
@@ -93,6 +93,51 @@ var numpySourceEdits = []struct {
 	// tofile/fromfile path duplicates the descriptor (os.dup), which WASI
 	// preview 1 does not have.
 	{"numpy/lib/format.py", "def isfileobj(f):\n", "def isfileobj(f):\n    if os.name != 'nt' and os.uname().sysname == 'wasi':\n        return False\n", 1},
+	// numpy.random.mtrand compiles its own copy of distributions.c with
+	// NP_RANDOM_LEGACY, where RAND_INT_TYPE is long: 32 bits on wasm32,
+	// 64 in the copy the other random modules link (npyrandom). As
+	// separate shared modules each finds its own copy; linked into one
+	// binary the first copy found served both, and Generator.poisson
+	// trapped (an indirect call of the wrong type) and
+	// Generator.multinomial called a signature-mismatch stub. The legacy
+	// copy's functions are renamed, in mtrand's sources only.
+	{"numpy/_core/include/numpy/random/distributions.h", "#define RAND_INT_MAX LONG_MAX\n", "#define RAND_INT_MAX LONG_MAX\n" + legacyRenames(), 1},
+}
+
+// numpyLegacyNames are the external functions numpy/random/src/
+// distributions/distributions.c defines (`nm --defined-only --extern-only`
+// of its object), which mtrand's legacy copy renames (mtrand_ prefix).
+var numpyLegacyNames = []string{
+	"random_beta", "random_binomial", "random_binomial_btpe", "random_binomial_inversion",
+	"random_bounded_bool_fill", "random_bounded_uint16_fill", "random_bounded_uint32_fill",
+	"random_bounded_uint64", "random_bounded_uint64_fill", "random_bounded_uint8_fill",
+	"random_buffered_bounded_bool", "random_buffered_bounded_uint16",
+	"random_buffered_bounded_uint32", "random_buffered_bounded_uint8", "random_chisquare",
+	"random_exponential", "random_f", "random_gamma", "random_gamma_f", "random_geometric",
+	"random_geometric_inversion", "random_geometric_search", "random_gumbel", "random_interval",
+	"random_laplace", "random_loggam", "random_logistic", "random_lognormal", "random_logseries",
+	"random_multinomial", "random_negative_binomial", "random_noncentral_chisquare",
+	"random_noncentral_f", "random_normal", "random_pareto", "random_poisson",
+	"random_positive_int", "random_positive_int32", "random_positive_int64", "random_power",
+	"random_rayleigh", "random_standard_cauchy", "random_standard_exponential",
+	"random_standard_exponential_f", "random_standard_exponential_fill",
+	"random_standard_exponential_fill_f", "random_standard_exponential_inv_fill",
+	"random_standard_exponential_inv_fill_f", "random_standard_gamma", "random_standard_gamma_f",
+	"random_standard_normal", "random_standard_normal_f", "random_standard_normal_fill",
+	"random_standard_normal_fill_f", "random_standard_t", "random_standard_uniform",
+	"random_standard_uniform_f", "random_standard_uniform_fill", "random_standard_uniform_fill_f",
+	"random_triangular", "random_uint", "random_uniform", "random_vonmises", "random_wald",
+	"random_weibull", "random_zipf",
+}
+
+// legacyRenames returns the #defines that rename numpyLegacyNames in the
+// translation units built with NP_RANDOM_LEGACY.
+func legacyRenames() string {
+	var b strings.Builder
+	for _, n := range numpyLegacyNames {
+		b.WriteString("#define " + n + " mtrand_" + n + "\n")
+	}
+	return b.String()
 }
 
 // numpyFlags are the numpy part's flags, as recorded in Info.Flags and in
@@ -399,8 +444,10 @@ func (b *builder) numpyLink(ctx context.Context) error {
 	// wasi-libc keeps in a library of its own.
 	link = append(link, b.path("numpy-tools", "numpy_cxa.o"), "-L/usr/lib/llvm-19/lib/wasm32-wasi", "-lc++", "-lc++abi",
 		"-lc-printscan-long-double")
+	// The relink keeps the cross build's stack and initial memory
+	// (stackLDFlags), which make takes from its command line only.
 	return b.run(ctx, b.path("cross"), nil, "make", "python.wasm",
-		"SYSLIBS=$(LIBM) $(LIBC) "+strings.Join(link, " "))
+		"SYSLIBS=$(LIBM) $(LIBC) "+strings.Join(link, " "), "LDFLAGS_NODIST="+stackLDFlags())
 }
 
 // numpyExcluded are parts of numpy's installed tree left out of the

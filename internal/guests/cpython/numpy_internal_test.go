@@ -68,3 +68,19 @@ func TestNumpyWrapperArchivesModules(t *testing.T) {
 	assert.Equal(t, so, mods[0].archive)
 	assert.Equal(t, []string{filepath.Join(dir, "libdep.a")}, mods[0].libs)
 }
+
+// TestNumpyLegacyRenames checks the renames of mtrand's legacy copy of
+// numpy.random's distributions: one #define per name, each name once, all
+// given the mtrand_ prefix.
+func TestNumpyLegacyRenames(t *testing.T) {
+	defs := strings.Split(strings.TrimSuffix(legacyRenames(), "\n"), "\n")
+	require.Len(t, defs, len(numpyLegacyNames))
+	seen := map[string]bool{}
+	for i, n := range numpyLegacyNames {
+		assert.False(t, seen[n], n)
+		seen[n] = true
+		assert.Equal(t, "#define "+n+" mtrand_"+n, defs[i])
+	}
+	assert.Contains(t, numpyLegacyNames, "random_poisson")
+	assert.Contains(t, numpyLegacyNames, "random_multinomial")
+}
