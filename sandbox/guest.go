@@ -238,7 +238,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		if dir, err := npm.CacheDir(opts.CacheDir); err == nil {
 			src := driverSource
 			if driver {
-				src = imageSource
+				src = imageSourceWith(l.with)
 			}
 			pre = startPrefetch(baseFileName(dir, info.SHA256, src, defaultLayout))
 		}

@@ -490,7 +490,7 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 	var stderr bytes.Buffer
 	in.stderr.w = &stderr
 	if g.driver {
-		err = in.initDriver(ctx, r, DefaultFuel, &sb.errno, imageSource)
+		err = in.initDriver(ctx, r, DefaultFuel, &sb.errno, g.sessionSource())
 	} else {
 		err = in.call(ctx, r, DefaultFuel, &sb.errno, false)
 	}

@@ -316,7 +316,8 @@ func (a *memoryAllocator) Allocate(capacity, maximum uint64) experimental.Linear
 type memPool struct {
 	mu      sync.Mutex
 	free    [][]byte
-	zeroing int // memories being zeroed, which will be free
+	zeroing int        // memories being zeroed, which will be free
+	zeroed  *sync.Cond // signalled when one is (on mu)
 	closed  bool
 	wg      *sync.WaitGroup // the guest's background work, which Close waits for
 }
@@ -327,17 +328,27 @@ const (
 )
 
 // get returns a zeroed memory of length 0 and a capacity of at least n,
-// or nil.
+// or nil. With none free but some being zeroed, it waits for those: a
+// zeroing takes a millisecond or two, a new memory's first touch much
+// longer.
 func (p *memPool) get(n uint64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i, b := range p.free {
-		if uint64(cap(b)) >= n {
-			p.free = append(p.free[:i], p.free[i+1:]...)
-			return b
+	for {
+		for i, b := range p.free {
+			if uint64(cap(b)) >= n {
+				p.free = append(p.free[:i], p.free[i+1:]...)
+				return b
+			}
 		}
+		if p.zeroing == 0 || p.closed {
+			return nil
+		}
+		if p.zeroed == nil {
+			p.zeroed = sync.NewCond(&p.mu)
+		}
+		p.zeroed.Wait()
 	}
-	return nil
 }
 
 // put zeroes b (the part an instance used: it never shrinks) and keeps
@@ -371,6 +382,9 @@ func (p *memPool) put(b []byte) {
 		if !p.closed {
 			p.free = append(p.free, b[:0])
 		}
+		if p.zeroed != nil {
+			p.zeroed.Broadcast()
+		}
 	}()
 }
 
@@ -385,4 +399,7 @@ func (p *memPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.free, p.closed = nil, true
+	if p.zeroed != nil {
+		p.zeroed.Broadcast()
+	}
 }

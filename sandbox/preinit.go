@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"time"
 
 	"github.com/fumehood/fumehood/internal/guests/cpython"
@@ -33,9 +34,19 @@ var imageSource = startupSource + cpython.DriverPython
 // which their cache name covers.
 func (g *Guest) sessionSource() string {
 	if g.driver {
-		return imageSource
+		return imageSourceWith(g.pyInfo.With)
 	}
 	return driverSource
+}
+
+// imageSourceWith is imageSource for a guest with the optional parts
+// with: a variant's images have its part imported already (numpy: 1.5
+// billion fuel, a quarter of a second, that no run pays again).
+func imageSourceWith(with []string) string {
+	if slices.Contains(with, cpython.Numpy) {
+		return imageSource + "import numpy\n"
+	}
+	return imageSource
 }
 
 // enter runs f, a call of one of the driver's exports, under the run's

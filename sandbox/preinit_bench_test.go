@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/testenv"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/internal/guests/cpython"
@@ -35,15 +37,7 @@ func asyncifyBuilt(b *testing.B) *Guest {
 }
 
 // medianOf times f n times and returns the median.
-func medianOf(n int, f func()) time.Duration {
-	d := make([]time.Duration, n)
-	for i := range d {
-		t0 := time.Now()
-		f()
-		d[i] = time.Since(t0)
-	}
-	return median(d)
-}
+var medianOf = testenv.Median
 
 // BenchmarkPreinit measures the built guest's runs from pre-initialized
 // images (the driver's entry points) against the paths they replace, in

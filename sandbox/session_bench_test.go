@@ -6,11 +6,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fumehood/fumehood/internal/testenv"
 
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 
@@ -20,16 +21,7 @@ import (
 )
 
 // median times f n times and returns the median.
-func median(n int, f func()) time.Duration {
-	d := make([]time.Duration, n)
-	for i := range d {
-		t0 := time.Now()
-		f()
-		d[i] = time.Since(t0)
-	}
-	slices.Sort(d)
-	return d[n/2]
-}
+var median = testenv.Median
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 

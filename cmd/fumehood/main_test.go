@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -405,14 +404,17 @@ func TestRunWithNumpy(t *testing.T) {
 	if _, err := cpython.Built(&cpython.Options{With: []string{cpython.Numpy}}); err != nil {
 		t.Skipf("the numpy variant is not built (make guest-build-numpy): %v", err)
 	}
-	if _, _, _, err := cpython.LoadSession(context.Background(), &cpython.Options{With: []string{cpython.Numpy}}); errors.Is(err, cpython.ErrSessionNotPrepared) {
-		code, _, errs = fumehood(t, "", "run", "--with", "numpy", "--snapshot", filepath.Join(t.TempDir(), "s"), "-c", "x = 1")
-		assert.Equal(t, exitFailure, code)
-		assert.Contains(t, errs, "not available yet")
-		assert.NotContains(t, errs, "installing")
-	}
 	code, out, errs := fumehood(t, "", "run", "--with", "numpy", "-c",
 		"import numpy as np; print(int(np.arange(5).sum()), np.linalg.solve([[2.0, 0], [0, 4.0]], [2.0, 4.0]))")
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, "10 [1. 1.]\n", out)
+
+	// Sessions of the variant: an array kept in a snapshot and used
+	// again in another process.
+	snap := filepath.Join(t.TempDir(), "s.snap")
+	code, _, errs = fumehood(t, "", "run", "--with", "numpy", "--snapshot", snap, "-c", "import numpy as np\na = np.arange(5) * 2")
+	require.Equal(t, 0, code, errs)
+	code, out, errs = fumehood(t, "", "run", "--with", "numpy", "--resume", snap, "-c", "print(int(a.sum()), a.shape)")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "20 (5,)\n", out)
 }

@@ -194,11 +194,6 @@ func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (
 		opts.With = splitList(*c.with)
 	}
 	py, err := sandbox.CompilePython(ctx, opts)
-	if len(opts.With) > 0 && errors.Is(err, cpython.ErrSessionNotPrepared) {
-		// The variant has no session build of its own (sessions of the
-		// built guest are moving to the pre-initialized image).
-		return nil, fmt.Errorf("sessions (repl, mcp, run --resume/--snapshot) of the variant --with %s are not available yet: run code one-shot (run -c CODE or FILE.py): %w", *c.with, err)
-	}
 	if !errors.Is(err, npm.ErrGuestNotInstalled) || *c.offline || len(opts.With) > 0 {
 		return py, err
 	}

@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -72,4 +74,17 @@ func ModuleRoot(t testing.TB) string {
 		require.NotEqual(t, parent, dir, "no go.mod above the test's directory")
 		dir = parent
 	}
+}
+
+// Median times f n times and returns the median: the benchmarks' figure
+// on a shared, noisy machine.
+func Median(n int, f func()) time.Duration {
+	d := make([]time.Duration, n)
+	for i := range d {
+		t0 := time.Now()
+		f()
+		d[i] = time.Since(t0)
+	}
+	slices.Sort(d)
+	return d[n/2]
 }

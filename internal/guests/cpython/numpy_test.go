@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/testenv"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -106,9 +108,9 @@ func TestNumpyGuest(t *testing.T) {
 	assert.Equal(t, info.PreparedSHA256, py.SHA256)
 	assert.Equal(t, []string{cpython.Numpy}, py.With)
 	// The variant has the default guest's C stack and initial memory
-	// (StackSize, InitialMemory): an empty run's peak memory is its
+	// (StackSize, InitialMemory): an empty run from _start peaks at its
 	// initial memory.
-	res, err := g.Run(ctx, "pass", nil)
+	res, err := g.Exec(ctx, nil, "-c", "pass")
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	assert.Equal(t, int64(cpython.InitialMemory), res.PeakMemory)
 	res, err = g.Run(ctx, numpyProgram, nil)
@@ -134,6 +136,50 @@ func TestNumpyGuest(t *testing.T) {
 	res, err = s.Exec(ctx, nil, "-c", numpyProgram)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
 	assert.Contains(t, string(res.Stdout), "numpy ok 2.2.5")
+}
+
+// TestNumpySession: sessions of the variant (the driver's, as every
+// session of the built guest) keep arrays across runs, and forks and
+// snapshots carry them; numpy is imported in the image, so importing it
+// in a run costs next to nothing.
+func TestNumpySession(t *testing.T) {
+	ctx := context.Background()
+	g := numpyGuest(t)
+	res, err := g.Run(ctx, "import numpy as np\nprint(np.__version__)", nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Equal(t, "2.2.5\n", string(res.Stdout))
+	assert.Less(t, res.FuelUsed, int64(100_000_000), "numpy's import (1.5 billion) is in the image")
+
+	s, err := g.NewSession(ctx, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	run := func(s *sandbox.Session, code string) string {
+		t.Helper()
+		res, err := s.Run(ctx, code, nil)
+		require.NoError(t, err, "stderr: %s", res.Stderr)
+		return res.Value
+	}
+	run(s, "import numpy as np\nrng = np.random.default_rng(0)\na = rng.standard_normal((200, 200))")
+	assert.Equal(t, "(200, 200)", run(s, "a.shape"))
+	want := run(s, "float(np.linalg.det(a @ a.T))")
+
+	f, err := s.Fork(ctx)
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, want, run(f, "float(np.linalg.det(a @ a.T))"), "the fork has the array")
+	run(f, "a[:] = 0")
+	assert.Equal(t, want, run(s, "float(np.linalg.det(a @ a.T))"), "the fork's change is its own")
+
+	var snap bytes.Buffer
+	require.NoError(t, s.Snapshot(&snap))
+	r, err := g.ResumeSession(ctx, &snap, nil)
+	require.NoError(t, err)
+	defer r.Close()
+	assert.Equal(t, want, run(r, "float(np.linalg.det(a @ a.T))"), "the snapshot has the array")
+	// A stopped run rolls back, arrays included.
+	res, err = r.Run(ctx, "a[:] = 1\nwhile True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 50_000_000}})
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted, "stderr: %s", res.Stderr)
+	assert.Equal(t, want, run(r, "float(np.linalg.det(a @ a.T))"))
 }
 
 // numpyGuest compiles the numpy variant through the public API:
@@ -387,4 +433,42 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// BenchmarkNumpyImport measures import numpy in the numpy variant: in a
+// one-shot run from _start (the interpreter and numpy imported every
+// time), in a one-shot run from the pre-initialized image (numpy imported
+// in it) and in a new session from it. Medians, in ms:
+//
+//	go test ./internal/guests/cpython -run '^$' -bench NumpyImport -benchtime 1x
+func BenchmarkNumpyImport(b *testing.B) {
+	if _, err := cpython.Built(withNumpy); err != nil {
+		b.Skipf("the numpy variant is not built: %v", err)
+	}
+	ctx := context.Background()
+	g, err := sandbox.CompilePython(ctx, &sandbox.Options{With: []string{cpython.Numpy}})
+	require.NoError(b, err)
+	defer g.Close()
+	const code = "import numpy as np\nprint(np.ones(3).sum())"
+	median := func(n int, f func()) float64 { return float64(testenv.Median(n, f)) / 1e6 }
+	for b.Loop() {
+		image := median(21, func() {
+			res, err := g.Run(ctx, code, nil)
+			require.NoError(b, err, "stderr: %s", res.Stderr)
+		})
+		session := median(21, func() {
+			s, err := g.NewSession(ctx, nil)
+			require.NoError(b, err)
+			_, err = s.Run(ctx, code, nil)
+			require.NoError(b, err)
+			s.Close()
+		})
+		start := median(5, func() {
+			res, err := g.Exec(ctx, nil, "-c", code)
+			require.NoError(b, err, "stderr: %s", res.Stderr)
+		})
+		b.ReportMetric(start, "oneshot-start-ms")
+		b.ReportMetric(image, "oneshot-image-ms")
+		b.ReportMetric(session, "new-session+run-ms")
+	}
 }
