@@ -187,7 +187,7 @@ func TestNumpySession(t *testing.T) {
 func numpyGuest(t *testing.T) *sandbox.Guest {
 	t.Helper()
 	builtNumpy(t)
-	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: []string{cpython.Numpy}})
+	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{Guest: sandbox.GuestBuilt, With: []string{cpython.Numpy}})
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	return g
@@ -446,7 +446,7 @@ func BenchmarkNumpyImport(b *testing.B) {
 		b.Skipf("the numpy variant is not built: %v", err)
 	}
 	ctx := context.Background()
-	g, err := sandbox.CompilePython(ctx, &sandbox.Options{With: []string{cpython.Numpy}})
+	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestBuilt, With: []string{cpython.Numpy}})
 	require.NoError(b, err)
 	defer g.Close()
 	const code = "import numpy as np\nprint(np.ones(3).sum())"
