@@ -10,10 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path"
 	"strconv"
-
-	"github.com/fumehood/fumehood/internal/hostchan"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
@@ -115,21 +112,17 @@ type request struct {
 // request builds the driver's request for a run of code (nil: none) whose
 // texts are capped at maxOut, and its JSON.
 func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
-	var nonce [8]byte
-	rand.Read(nonce[:])
-	req := request{Code: code, N: s.runs + 1, Result: controlPath + "/result-" + hex.EncodeToString(nonce[:]), MaxValue: maxOut}
+	req := request{Code: code, N: s.runs + 1, MaxValue: maxOut}
+	if !s.g.driver {
+		// The session driver writes the outcome to this file; the
+		// built guest's returns it through memory.
+		var nonce [8]byte
+		rand.Read(nonce[:])
+		req.Result = controlPath + "/result-" + hex.EncodeToString(nonce[:])
+	}
 	if s.sendEnv {
 		req.Argv = []string{"-c"} // as python -c has it
-		req.Env = s.env
-		if req.Env == nil {
-			req.Env = map[string]string{}
-		}
-		if host := s.sb.host; host != nil {
-			req.Path = []string{path.Join(hostMountPath, hostchan.PythonPath)}
-			if host.HasNetwork() {
-				req.Site = []string{path.Join(hostMountPath, hostchan.PythonSitePath)}
-			}
-		}
+		s.sb.setEnv(&req, s.env)
 	}
 	if s.sendEnv || s.reseed {
 		// A new session, a fork or a resume (whose mounts' quotas may
@@ -137,12 +130,32 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 		req.Mounts = s.sb.quotas
 	}
 	if s.reseed {
-		var seed [32]byte
-		io.ReadFull(s.rand, seed[:])
-		req.Seed = hex.EncodeToString(seed[:])
+		var err error
+		if req.Seed, err = newSeed(s.rand); err != nil {
+			return req, nil, err
+		}
 	}
 	body, err := json.Marshal(&req)
 	return req, body, err
+}
+
+// setEnv gives a request the environment env (an empty one for nil: it
+// replaces the image's) and the directories of the host-call module.
+func (s *Sandbox) setEnv(req *request, env map[string]string) {
+	req.Env = env
+	if req.Env == nil {
+		req.Env = map[string]string{}
+	}
+	req.Path, req.Site = s.hostPaths()
+}
+
+// newSeed draws a seed for the guest's random state from rnd, in hex.
+func newSeed(rnd io.Reader) (string, error) {
+	var seed [32]byte
+	if _, err := io.ReadFull(rnd, seed[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(seed[:]), nil
 }
 
 // maxEnvBytes bounds a session's environment, keys and values: half of

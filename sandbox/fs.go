@@ -367,12 +367,22 @@ func (s *Sandbox) Exec(ctx context.Context, opts *RunOptions, args ...string) (*
 
 // Close discards the in-memory root. Mounted filesystems are left as they are.
 func (s *Sandbox) Close() error {
-	if s.host != nil && !s.closed {
-		s.host.Close()
+	if host := s.shut(); host != nil {
+		host.Close()
 	}
-	s.closed = true
-	s.mounts = nil
 	return nil
+}
+
+// shut closes the sandbox to its files and returns its host-call server,
+// still open, for the caller to close (nil if it has none, or was shut
+// before).
+func (s *Sandbox) shut() *hostchan.Server {
+	host := s.host
+	if s.closed {
+		host = nil
+	}
+	s.closed, s.mounts = true, nil
+	return host
 }
 
 // validUTF8 reports whether the code, its name and its arguments are all

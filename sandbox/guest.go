@@ -236,11 +236,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	var pre *prefetch
 	if info.Sessions {
 		if dir, err := npm.CacheDir(opts.CacheDir); err == nil {
-			src := driverSource
-			if driver {
-				src = imageSourceWith(l.with)
-			}
-			pre = startPrefetch(baseFileName(dir, info.SHA256, src, defaultLayout))
+			pre = startPrefetch(baseFileName(dir, info.SHA256, sessionSourceFor(driver, l.with), defaultLayout))
 		}
 	}
 	// The prepared guest is fuel-instrumented by the pipeline (npm.Steps).

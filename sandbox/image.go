@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fumehood/fumehood/internal/pipeline"
+
 	"github.com/spf13/afero"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -588,17 +590,5 @@ func writeFresh(file, digest string, fresh []uint32) error {
 	for _, i := range fresh {
 		b = binary.LittleEndian.AppendUint32(b, i)
 	}
-	f, err := os.CreateTemp(filepath.Dir(file), ".fresh-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), freshFile(file))
+	return pipeline.WriteAtomic(freshFile(file), b)
 }

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,18 +31,17 @@ var imageSource = startupSource + cpython.DriverPython
 
 // sessionSource is the Python source a guest's base images start from,
 // which their cache name covers.
-func (g *Guest) sessionSource() string {
-	if g.driver {
-		return imageSourceWith(g.pyInfo.With)
-	}
-	return driverSource
-}
+func (g *Guest) sessionSource() string { return sessionSourceFor(g.driver, g.pyInfo.With) }
 
-// imageSourceWith is imageSource for a guest with the optional parts
-// with: a variant's images have its part imported already (numpy: 1.5
-// billion fuel, a quarter of a second, that no run pays again).
-func imageSourceWith(with []string) string {
-	if slices.Contains(with, cpython.Numpy) {
+// sessionSourceFor is sessionSource for a guest with the driver's entry
+// points or not, with the optional parts with: a variant's images have
+// its part imported already (numpy: 1.5 billion fuel, a quarter of a
+// second, that no run pays again).
+func sessionSourceFor(driver bool, with []string) string {
+	switch {
+	case !driver:
+		return driverSource
+	case slices.Contains(with, cpython.Numpy):
 		return imageSource + "import numpy\n"
 	}
 	return imageSource
@@ -167,16 +165,11 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 		argv0 = name
 	}
 	req := request{Code: &code, Name: name, Argv: append([]string{argv0}, args...), Final: true,
-		Env: s.cfg.Env, MaxValue: r.limits.MaxOutput, Mounts: s.quotas}
-	if req.Env == nil {
-		req.Env = map[string]string{}
-	}
-	req.Path, req.Site = s.hostPaths()
-	var seed [32]byte
-	if _, err := io.ReadFull(rnd, seed[:]); err != nil {
+		MaxValue: r.limits.MaxOutput, Mounts: s.quotas}
+	s.setEnv(&req, s.cfg.Env)
+	if req.Seed, err = newSeed(rnd); err != nil {
 		return r.end(err, memStats{}, nil)
 	}
-	req.Seed = hex.EncodeToString(seed[:])
 	body, err := json.Marshal(&req)
 	if err != nil {
 		return r.end(err, memStats{}, nil)

@@ -429,11 +429,7 @@ func (s *Session) closeLocked(reason error) {
 		// released once it is taken, and Close does not wait for it.
 		// The sandbox is closed now for its files; its host-call
 		// server, which a descriptor's description may read, after.
-		done, in, host := s.settle, s.inst, s.sb.host
-		if s.sb.closed {
-			host = nil
-		}
-		s.sb.closed, s.sb.mounts = true, nil
+		done, in, host := s.settle, s.inst, s.sb.shut()
 		s.settle, s.inst, s.ckpt = nil, nil, nil
 		s.closed, s.reason = true, reason
 		s.g.background.Add(1)

@@ -86,7 +86,7 @@ func (s *Store) Put(b []byte) (string, error) {
 	if s.Has(d) {
 		return d, nil
 	}
-	return d, writeAtomic(s.BlobPath(d), b)
+	return d, WriteAtomic(s.BlobPath(d), b)
 }
 
 // Has reports whether a blob with digest d is stored. It does not read it.
@@ -211,7 +211,7 @@ func (s *Store) Run(ctx context.Context, src string, steps []Step, progress Prog
 		if err != nil {
 			return "", err
 		}
-		if err := writeAtomic(lp, []byte(next+"\n")); err != nil {
+		if err := WriteAtomic(lp, []byte(next+"\n")); err != nil {
 			return "", err
 		}
 		d, cur = next, out
@@ -219,11 +219,11 @@ func (s *Store) Run(ctx context.Context, src string, steps []Step, progress Prog
 	return d, nil
 }
 
-// writeAtomic writes b to path through a temporary file in the same
+// WriteAtomic writes b to path through a temporary file in the same
 // directory and a rename, so readers see either nothing or all of b.
-func writeAtomic(path string, b []byte) error { return writeFile(path, b, true) }
+func WriteAtomic(path string, b []byte) error { return writeFile(path, b, true) }
 
-// writeFile is writeAtomic, with the data synced to disk before the rename
+// writeFile is WriteAtomic, with the data synced to disk before the rename
 // if sync is set.
 func writeFile(path string, b []byte, sync bool) error {
 	dir := filepath.Dir(path)
