@@ -96,6 +96,28 @@ type checkpoint struct {
 // first dead pages are left as they were: a stack that is empty between
 // runs (see Guest.deadStack).
 func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead int) {
+	n := c.resize(mem, globals)
+	for i := min(dead, n); i < n; i++ {
+		c.updatePage(base, mem, i)
+	}
+}
+
+// updateWritten is update when the checkpoint holds mem but for the
+// pages listed in written (the pages written since it was last updated):
+// only those are compared.
+func (c *checkpoint) updateWritten(base *baseImage, mem []byte, globals []uint64, dead int, written []uint32) {
+	n := c.resize(mem, globals)
+	for _, i := range written {
+		if int(i) >= dead && int(i) < n {
+			c.updatePage(base, mem, int(i))
+		}
+	}
+}
+
+// resize fits the page table to mem, records its size and the globals,
+// and returns its number of pages. Pages it adds equal the base's (or
+// zeros past it), as memory grown since does where it was not written.
+func (c *checkpoint) resize(mem []byte, globals []uint64) int {
 	n := len(mem) / pageSize
 	if len(c.pages) < n {
 		c.pages = append(c.pages, make([][]byte, n-len(c.pages))...)
@@ -104,25 +126,28 @@ func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead 
 	if len(c.owned) < n {
 		c.owned = append(c.owned, make([]bool, n-len(c.owned))...)
 	}
-	for i := min(dead, n); i < n; i++ {
-		cur := mem[i*pageSize : (i+1)*pageSize]
-		ref := c.pages[i]
-		if ref == nil {
-			if ref = base.page(i); ref == nil {
-				ref = zeroPage
-			}
-		}
-		if bytes.Equal(cur, ref) {
-			continue
-		}
-		if c.owned[i] {
-			copy(c.pages[i], cur)
-		} else {
-			c.pages[i], c.owned[i] = bytes.Clone(cur), true
-		}
-	}
 	c.size = uint64(len(mem))
 	c.globals = append(c.globals[:0], globals...)
+	return n
+}
+
+// updatePage records page i of mem, if it changed.
+func (c *checkpoint) updatePage(base *baseImage, mem []byte, i int) {
+	cur := mem[i*pageSize : (i+1)*pageSize]
+	ref := c.pages[i]
+	if ref == nil {
+		if ref = base.page(i); ref == nil {
+			ref = zeroPage
+		}
+	}
+	if bytes.Equal(cur, ref) {
+		return
+	}
+	if c.owned[i] {
+		copy(c.pages[i], cur)
+	} else {
+		c.pages[i], c.owned[i] = bytes.Clone(cur), true
+	}
 }
 
 // clone returns a copy that shares the pages, which neither may write from

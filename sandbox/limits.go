@@ -175,9 +175,12 @@ func outOfFuel(ctx context.Context, _ api.Module) {
 }
 
 // supervise arms the fuel global with the first chunk of budget, points
-// sink at the instance's errno global and starts the watchdog. The function
+// sink at the instance's errno global and sets the watchdog. The function
 // it returns undoes all three and returns once the watchdog has ended, so
-// no goroutine outlives the run. Either global may be nil.
+// no goroutine outlives the run. Either global may be nil. The watchdog is
+// a context.AfterFunc, not a goroutine of its own: a run that ends before
+// its context is done (nearly all) starts none and wakes no idle thread,
+// which a session's short runs would pay for.
 func (r *runState) supervise(ctx context.Context, fuelGlobal, errnoGlobal api.MutableGlobal, budget int64, sink *errnoSink) (end func()) {
 	if fuelGlobal != nil {
 		r.arm(fuelGlobal, budget)
@@ -187,13 +190,16 @@ func (r *runState) supervise(ctx context.Context, fuelGlobal, errnoGlobal api.Mu
 	}
 	done := make(chan struct{})
 	watched := make(chan struct{})
-	go func() {
+	stop := context.AfterFunc(ctx, func() {
 		defer close(watched)
 		r.watch(ctx, done)
-	}()
+	})
 	return func() {
-		close(done)
-		<-watched
+		if !stop() {
+			// The watchdog started: stop it and wait for it to end.
+			close(done)
+			<-watched
+		}
 		if sink != nil && errnoGlobal != nil {
 			sink.global = nil
 		}
@@ -208,15 +214,11 @@ func instantiateFuelHost(ctx context.Context, rt wazero.Runtime) error {
 	return err
 }
 
-// watch stops the run when ctx is done, until done is closed. The guest may
-// be between reading and writing the fuel global, overwriting one poison
-// with its own value, so the poison is written again every millisecond.
+// watch stops the run, its context being done, until done is closed. The
+// guest may be between reading and writing the fuel global, overwriting
+// one poison with its own value, so the poison is written again every
+// millisecond.
 func (r *runState) watch(ctx context.Context, done <-chan struct{}) {
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
 	r.stop(ctx.Err())
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
@@ -244,6 +246,54 @@ type linearMemory struct {
 	// run can still be executing when the runtime closes its module
 	// (Guest.Close).
 	pool *memPool
+	// watch, when tracking, is buf as the kernel tracks the pages
+	// written to it (written.go); pages is written's buffer.
+	watch    watched
+	tracking bool
+	pages    []uint32
+}
+
+// track starts tracking the pages written to the memory, if the kernel
+// can and it pays (writes): from now on written reports them. It is a no-op when tracking
+// already.
+func (m *linearMemory) track() {
+	if m.tracking || len(m.buf) == 0 {
+		return
+	}
+	t := writes()
+	if t == nil {
+		return
+	}
+	w, err := t.watch(m.buf)
+	if err != nil {
+		return
+	}
+	m.watch, m.tracking = w, true
+}
+
+// untrack stops tracking the memory's writes.
+func (m *linearMemory) untrack() {
+	if m.tracking {
+		kernelTracker.unwatch(m.watch)
+		m.watch, m.tracking = watched{}, false
+	}
+}
+
+// written returns the indexes of the pages written since the last call or
+// track, and whether they are known: not when the memory is not tracked
+// (or not since its buffer last moved), nor when the kernel fails, which
+// also ends the tracking.
+func (m *linearMemory) written() ([]uint32, bool) {
+	if !m.tracking {
+		return nil, false
+	}
+	pages, err := kernelTracker.written(m.watch, m.pages[:0])
+	if err != nil {
+		m.untrack()
+		return nil, false
+	}
+	m.pages = pages
+	return pages, true
 }
 
 func (m *linearMemory) Reallocate(size uint64) []byte {
@@ -259,6 +309,7 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 		c := max(size, min(2*uint64(cap(m.buf)), m.limit))
 		nb := make([]byte, size, c)
 		copy(nb, m.buf)
+		m.untrack() // the writes to nb are not tracked
 		m.buf = nb
 	}
 	m.peak = max(m.peak, size)
@@ -273,6 +324,7 @@ func (m *linearMemory) release() {
 	if m == nil {
 		return
 	}
+	m.untrack()
 	if m.pool != nil && m.buf != nil {
 		m.pool.put(m.buf)
 	}

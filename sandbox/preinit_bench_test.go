@@ -164,6 +164,14 @@ func BenchmarkPreinit(b *testing.B) {
 		oldNew, newNew := medianOf(n, newRun(old)), medianOf(n, newRun(g))
 		oldRT, newRT := roundTrip(old, false), roundTrip(g, false)
 		newIdleRT := roundTrip(g, true)
+		// The same with checkpoints that compare all of memory and with
+		// ones that compare only the pages written, whatever the kernel's
+		// tracking costs this machine (trackAuto picks one of the two).
+		trackWrites = trackOff
+		fullRT, fullIdleRT := roundTrip(g, false), roundTrip(g, true)
+		trackWrites = trackAlways
+		trackedRT, trackedIdleRT := roundTrip(g, false), roundTrip(g, true)
+		trackWrites = trackAuto
 		oldFork, newFork := forkOf(old), forkOf(g)
 		oldResume, oldSnap := resumeOf(old)
 		newResume, newSnap := resumeOf(g)
@@ -182,6 +190,19 @@ func BenchmarkPreinit(b *testing.B) {
 		b.ReportMetric(ms(oldRT), "x+=1-asyncify-ms")
 		b.ReportMetric(ms(newRT), "x+=1-driver-ms")
 		b.ReportMetric(ms(newIdleRT), "x+=1-driver-idle-ms")
+		b.ReportMetric(ms(fullRT), "x+=1-driver-compare-all-ms")
+		b.ReportMetric(ms(fullIdleRT), "x+=1-driver-compare-all-idle-ms")
+		b.ReportMetric(ms(trackedRT), "x+=1-driver-tracked-ms")
+		b.ReportMetric(ms(trackedIdleRT), "x+=1-driver-tracked-idle-ms")
+		if openTracker() != nil && trackCost.err == nil {
+			b.ReportMetric(float64(trackCost.fault)/1e3, "tracked-fault-us")
+			b.ReportMetric(float64(trackCost.compare)/1e3, "page-compare-us")
+			tracks := 0.0
+			if trackCost.pays() {
+				tracks = 1
+			}
+			b.ReportMetric(tracks, "tracks-writes")
+		}
 		b.ReportMetric(ms(oldFork), "fork-asyncify-ms")
 		b.ReportMetric(ms(newFork), "fork-driver-ms")
 		b.ReportMetric(ms(oldResume), "resume-asyncify-ms")

@@ -319,7 +319,18 @@ func (s *Session) checkpoint(in *instance) {
 // live instance. It reads only in, ck and what does not change while the
 // session lives, so it can run while the session is idle.
 func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descriptor {
-	ck.update(s.base, in.linear(), getGlobals(in.mod, s.g.globals), s.g.deadStack())
+	// ck holds what the memory held at the last checkpoint (or at the
+	// restore): where the kernel tracks the pages written since, only
+	// those are compared; else all are, and tracking starts, before the
+	// comparison, so a page written meanwhile is compared again next time.
+	m := in.mem.mem
+	globals := getGlobals(in.mod, s.g.globals)
+	if pages, ok := m.written(); ok {
+		ck.updateWritten(s.base, m.buf, globals, s.g.deadStack(), pages)
+	} else {
+		m.track()
+		ck.update(s.base, m.buf, globals, s.g.deadStack())
+	}
 	if fds, _, err := s.describeFiles(in); err == nil {
 		return fds
 	}

@@ -72,6 +72,49 @@ with open('/work/notes.txt', 'w') as f: f.write('kept')`)
 	assert.Positive(t, s.FuelUsed())
 }
 
+// TestSessionLastExpression: a run's value is its last statement's, when
+// that is an expression, and compiling the code behaves as compile() does:
+// its errors, its warnings, and future imports that last one run.
+func TestSessionLastExpression(t *testing.T) {
+	s := newSession(t, nil)
+	for _, c := range []struct {
+		code, value, exc, stderr string
+	}{
+		{code: "1; 2", value: "2"},
+		{code: "x = 3; x * 2", value: "6"},
+		{code: "if True:\n    5"},
+		{code: "'''doc'''", value: "'doc'"},
+		{code: "x = 1  # set\n# the end\n"},
+		{code: "5\n# the end", value: "5"},
+		{code: ""},
+		{code: "[i * x for i in range(3)]", value: "[0, 1, 2]"},
+		{code: "(\n  1,\n  2,\n)", value: "(1, 2)"},
+		{code: "(lambda: 7)()", value: "7"},
+		{code: "x = None\nx is 500", value: "False", stderr: "SyntaxWarning"},
+		{code: "a\x00b", exc: "SyntaxError"},
+		{code: "1 +", exc: "SyntaxError"},
+		{code: "(yield)", exc: "SyntaxError"},
+		{code: "del undefined_name", exc: "NameError"},
+		{code: "from __future__ import annotations\ndef f(a: undefined): pass\nf.__annotations__", value: "{'a': 'undefined'}"},
+		// The future import was the last run's alone.
+		{code: "def g(a: int): pass\ng.__annotations__", value: "{'a': <class 'int'>}"},
+	} {
+		res, err := s.Run(context.Background(), c.code, nil)
+		if c.exc != "" {
+			var exc *sandbox.Exception
+			require.ErrorAs(t, err, &exc, "%q", c.code)
+			assert.Equal(t, c.exc, exc.Type, "%q", c.code)
+			continue
+		}
+		require.NoError(t, err, "%q: %s", c.code, res.Stderr)
+		assert.Equal(t, c.value != "", res.HasValue, "%q", c.code)
+		assert.Equal(t, c.value, res.Value, "%q", c.code)
+		if c.stderr != "" {
+			assert.Contains(t, string(res.Stderr), c.stderr, "%q", c.code)
+		}
+	}
+}
+
 func TestSessionException(t *testing.T) {
 	s := newSession(t, nil)
 	run(t, s, "def f(): return 1 / 0")

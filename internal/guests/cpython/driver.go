@@ -50,7 +50,7 @@ func (b *builder) driver(ctx context.Context) error {
 	args := append(cc[1:], "-DNDEBUG")
 	args = append(args, strings.Fields(b.depFlags())...)
 	args = append(args, "-std=c11", "-fvisibility=hidden", "-Werror=implicit-function-declaration",
-		"-I"+b.path("cross"), "-I"+b.path(pySrc, "Include"),
+		"-I"+b.path("cross"), "-I"+b.path(pySrc, "Include"), "-I"+b.path(pySrc, "Include", "internal"),
 		"-c", "fhdriver.c", "-o", driverObject(b.w))
 	return b.run(ctx, dir, nil, cc[0], args...)
 }

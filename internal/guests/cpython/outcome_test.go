@@ -33,6 +33,16 @@ func TestDecodeOutcome(t *testing.T) {
 	assert.False(t, o.HasValue)
 	assert.Equal(t, &cpython.Exception{Type: "ValueError", Message: "bad", Traceback: "Traceback\n"}, o.Exception)
 
+	// The plain outcome (no value, no exception, no exit), which skips the
+	// JSON decoder, decodes as any other: its texts are ignored.
+	o, err = cpython.DecodeOutcome(frame(`{"value": false, "exception": false, "exit": null}`, "v", "T", "m", "tb"), 100)
+	require.NoError(t, err)
+	assert.Equal(t, &cpython.Outcome{}, o)
+	o, err = cpython.DecodeOutcome(frame(`{"value": false, "exception": false, "exit": 0}`, "", "", "", ""), 100)
+	require.NoError(t, err)
+	require.NotNil(t, o.Exit, "a near miss of the plain form goes through the decoder")
+	assert.Equal(t, 0, *o.Exit)
+
 	// Texts are cut at the limit on a character boundary, invalid UTF-8
 	// replaced.
 	o, err = cpython.DecodeOutcome(frame(`{"value": true}`, "ab\xffé"+strings.Repeat("x", 10), "", "", ""), 4)

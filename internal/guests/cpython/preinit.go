@@ -27,6 +27,9 @@ const (
 	ExportAlloc = "fumehood_alloc"
 	// ExportFree is fumehood_free(ptr i32): free.
 	ExportFree = "fumehood_free"
+	// ExportRequest is fumehood_request(n i32) -> ptr i32: a buffer of at
+	// least n bytes that the driver keeps, for requests.
+	ExportRequest = "fumehood_request"
 	// ExportInit is fumehood_init(src i32, n i32) -> rc i32: starts the
 	// interpreter and runs the driver's Python side.
 	ExportInit = "fumehood_init"
@@ -59,10 +62,11 @@ var ErrOutcomeCorrupt = errors.New("cpython: corrupt outcome")
 
 // signatures of the driver's exports.
 var driverSigs = map[string][2][]api.ValueType{
-	ExportAlloc: {{api.ValueTypeI32}, {api.ValueTypeI32}},
-	ExportFree:  {{api.ValueTypeI32}, nil},
-	ExportInit:  {{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
-	ExportExec:  {{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
+	ExportAlloc:   {{api.ValueTypeI32}, {api.ValueTypeI32}},
+	ExportFree:    {{api.ValueTypeI32}, nil},
+	ExportRequest: {{api.ValueTypeI32}, {api.ValueTypeI32}},
+	ExportInit:    {{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
+	ExportExec:    {{api.ValueTypeI32, api.ValueTypeI32}, {api.ValueTypeI32}},
 }
 
 // HasDriver reports whether a compiled module exports the driver's entry
@@ -93,15 +97,18 @@ func sameTypes(a, b []api.ValueType) bool {
 // Driver calls the driver's entry points of one instance. It is not safe
 // for concurrent use (nor is the instance).
 type Driver struct {
-	mod                     api.Module
-	alloc, free, init, exec api.Function
+	mod                              api.Module
+	alloc, free, request, init, exec api.Function
+	// req and reqCap are the request buffer fumehood_request gave last:
+	// a request that fits needs no call to get one.
+	req, reqCap uint32
 }
 
 // Attach returns the Driver of an instance of the built guest, or an error
 // matching ErrNoDriver. The instance must not have run _start.
 func Attach(mod api.Module) (*Driver, error) {
 	d := &Driver{mod: mod}
-	for name, f := range map[string]*api.Function{ExportAlloc: &d.alloc, ExportFree: &d.free, ExportInit: &d.init, ExportExec: &d.exec} {
+	for name, f := range map[string]*api.Function{ExportAlloc: &d.alloc, ExportFree: &d.free, ExportRequest: &d.request, ExportInit: &d.init, ExportExec: &d.exec} {
 		fn := mod.ExportedFunction(name)
 		if fn == nil {
 			return nil, fmt.Errorf("%w: no %s", ErrNoDriver, name)
@@ -183,16 +190,29 @@ type Request struct {
 // returned wrapped: the instance is then of no further use, and the caller
 // starts again from its image.
 func (d *Driver) Exec(ctx context.Context, req []byte, limit int) (*Outcome, error) {
-	p, err := d.put(ctx, req)
-	if err != nil {
-		return nil, err
+	if uint64(len(req)) > 1<<31 {
+		return nil, fmt.Errorf("%w: a request of %d bytes does not fit", ErrDriver, len(req))
 	}
-	res, err := d.exec.Call(ctx, uint64(p), uint64(len(req)))
+	n := uint32(len(req))
+	if n > d.reqCap || d.req == 0 {
+		res, err := d.request.Call(ctx, uint64(n))
+		if err != nil {
+			return nil, fmt.Errorf("cpython: %s: %w", ExportRequest, err)
+		}
+		if d.req = uint32(res[0]); d.req == 0 {
+			d.reqCap = 0
+			return nil, fmt.Errorf("%w: the guest has no memory for a request of %d bytes", ErrDriver, n)
+		}
+		d.reqCap = n
+	}
+	if !d.mod.Memory().Write(d.req, req) {
+		p := d.req
+		d.req, d.reqCap = 0, 0
+		return nil, fmt.Errorf("%w: %s returned %#x, outside memory", ErrDriver, ExportRequest, p)
+	}
+	res, err := d.exec.Call(ctx, uint64(d.req), uint64(n))
 	if err != nil {
 		return nil, fmt.Errorf("cpython: %s: %w", ExportExec, err)
-	}
-	if _, err := d.free.Call(ctx, uint64(p)); err != nil {
-		return nil, fmt.Errorf("cpython: %s: %w", ExportFree, err)
 	}
 	r := uint32(res[0])
 	if r == 0 {
@@ -241,6 +261,10 @@ type outcomeMeta struct {
 	Exit      *int `json:"exit"`
 }
 
+// plainOutcome is the JSON part of an outcome with no value, no exception
+// and no exit, as fhdriver.py's pack writes it.
+const plainOutcome = `{"value": false, "exception": false, "exit": null}`
+
 // maxOutcomeMeta bounds the JSON part: the driver's is a few dozen bytes.
 const maxOutcomeMeta = 4 << 10
 
@@ -270,8 +294,12 @@ func DecodeOutcome(b []byte, limit int) (*Outcome, error) {
 		return nil, fmt.Errorf("%w: the JSON part is %d bytes", ErrOutcomeCorrupt, len(parts[0]))
 	}
 	var meta outcomeMeta
-	if err := json.Unmarshal(parts[0], &meta); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrOutcomeCorrupt, err)
+	// Most runs return no value, raise nothing and do not exit: the
+	// driver's JSON for that, as its pack writes it, needs no decoder.
+	if string(parts[0]) != plainOutcome {
+		if err := json.Unmarshal(parts[0], &meta); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrOutcomeCorrupt, err)
+		}
 	}
 	o := &Outcome{Exit: meta.Exit}
 	text := func(b []byte) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -267,6 +268,48 @@ func TestDriverInitExec(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "'éééé", o.Value)
 	assert.True(t, o.Truncated)
+}
+
+// TestDriverCompile checks the C side's _fumehood_compile, which the
+// Python side compiles code with, and the outcome of a plain run, which
+// the host decodes without a JSON decoder; and that requests of any size
+// reach the guest through the driver's one request buffer.
+func TestDriverCompile(t *testing.T) {
+	g := loadPreinit(t)
+	d, _, out, errb := g.initialized(t, nil)
+	// The driver's namespace is fumehood_exec's globals.
+	o := run(t, d, 1, `import gc
+exec_ = [f for f in gc.get_objects() if getattr(f, '__name__', '') == 'fumehood_exec'][0]
+split = exec_.__globals__['_fumehood_compile']
+def shape(code):
+    try:
+        body, last = split(code, '<t>')
+    except BaseException as e:
+        return type(e).__name__
+    ns = {}
+    exec(body, ns)
+    return (sorted(k for k in ns if k != '__builtins__'), last and eval(last, ns))
+[shape('x = 1'), shape('x = 1\nx + 1'), shape(''), shape('1 +'), shape('a\0b'), shape('if 1:\n  2')]`, out, errb)
+	require.Nil(t, o.Exception, "%+v", o.Exception)
+	assert.Equal(t, "[(['x'], None), (['x'], 2), ([], None), 'SyntaxError', 'SyntaxError', ([], None)]", o.Value)
+	o = run(t, d, 2, `errs = []
+for args in [(b'x', '<t>'), ('x',), ('x', 1)]:
+    try:
+        split(*args)
+    except TypeError:
+        errs.append('TypeError')
+errs`, out, errb)
+	assert.Equal(t, "['TypeError', 'TypeError', 'TypeError']", o.Value)
+
+	o = run(t, d, 3, `plain = b'{"value": false, "exception": false, "exit": null}'
+exec_(b'{"code": "pass", "n": 3}') == len(plain).to_bytes(4, 'little') + plain + bytes(16)`, out, errb)
+	assert.Equal(t, "True", o.Value, "the plain outcome's form, which DecodeOutcome knows")
+
+	// A request larger than the buffer grows it; smaller ones reuse it.
+	for i, n := range []int{100_000, 10, 5000, 1 << 20, 4096} {
+		o = run(t, d, 4+i, fmt.Sprintf("s = '%s'\nlen(s)", strings.Repeat("a", n)), out, errb)
+		assert.Equal(t, fmt.Sprint(n), o.Value)
+	}
 }
 
 // TestDriverStdin checks that code reading stdin reads the instance's
