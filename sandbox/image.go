@@ -94,11 +94,35 @@ type checkpoint struct {
 
 // update records mem's pages and the globals as the new checkpoint. The
 // first dead pages are left as they were: a stack that is empty between
-// runs (see Guest.deadStack).
-func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead int) {
+// runs (see Guest.deadStack). Pages marked in zero (which may be nil) are
+// known to hold zeros without reading them (unpopulated): reading would
+// make the kernel allocate them.
+func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead int, zero []bool) {
 	n := c.resize(mem, globals)
 	for i := min(dead, n); i < n; i++ {
-		c.updatePage(base, mem, i)
+		if i < len(zero) && zero[i] {
+			c.zeroPage(base, i)
+		} else {
+			c.updatePage(base, mem, i)
+		}
+	}
+}
+
+// zeroPage records page i as zeros, if it was not.
+func (c *checkpoint) zeroPage(base *baseImage, i int) {
+	ref := c.pages[i]
+	if ref == nil {
+		if ref = base.page(i); ref == nil {
+			return
+		}
+	}
+	if &ref[0] == &zeroPage[0] || bytes.Equal(ref, zeroPage) {
+		return
+	}
+	if c.owned[i] {
+		clear(c.pages[i])
+	} else {
+		c.pages[i] = zeroPage // shared, never written: a change clones it
 	}
 }
 

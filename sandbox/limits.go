@@ -251,6 +251,8 @@ type linearMemory struct {
 	watch    watched
 	tracking bool
 	pages    []uint32
+	// zero is unpopulated's buffer, for the checkpoints.
+	zero []bool
 }
 
 // track starts tracking the pages written to the memory, if the kernel
@@ -424,9 +426,20 @@ func (p *memPool) put(b []byte) {
 		}
 		// A MiB at a time, so that Guest.Close, which waits for this,
 		// does not wait for the rest (the command line closes its guest
-		// right after its one run).
+		// right after its one run). Pages the kernel holds none of are
+		// zeros already: writing them would allocate them.
+		zero := unpopulated(b, nil)
 		for at := 0; at < len(b) && !p.isClosed(); at += 1 << 20 {
-			clear(b[at:min(at+1<<20, len(b))])
+			end := min(at+1<<20, len(b))
+			if zero == nil {
+				clear(b[at:end])
+				continue
+			}
+			for pg := at; pg < end; pg += pageSize {
+				if i := pg / pageSize; i >= len(zero) || !zero[i] {
+					clear(b[pg:min(pg+pageSize, end)])
+				}
+			}
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()

@@ -329,7 +329,8 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descri
 		ck.updateWritten(s.base, m.buf, globals, s.g.deadStack(), pages)
 	} else {
 		m.track()
-		ck.update(s.base, m.buf, globals, s.g.deadStack())
+		m.zero = unpopulated(m.buf, m.zero)
+		ck.update(s.base, m.buf, globals, s.g.deadStack(), m.zero)
 	}
 	if fds, _, err := s.describeFiles(in); err == nil {
 		return fds

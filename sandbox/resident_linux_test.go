@@ -1,0 +1,53 @@
+package sandbox
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestUnpopulated: the pages never written read as unpopulated, the ones
+// written do not, and what cannot be told is nil.
+func TestUnpopulated(t *testing.T) {
+	buf := make([]byte, 4<<20) // large: a fresh mapping, page-aligned
+	zero := unpopulated(buf, nil)
+	require.Len(t, zero, len(buf)/pageSize)
+	buf[3*pageSize+17] = 1
+	buf[200*pageSize] = 2
+	zero = unpopulated(buf, zero)
+	require.Len(t, zero, len(buf)/pageSize)
+	assert.False(t, zero[3])
+	assert.False(t, zero[200])
+	for i, z := range zero {
+		if z {
+			assert.True(t, bytes.Equal(buf[i*pageSize:(i+1)*pageSize], zeroPage), "page %d", i)
+		}
+	}
+	assert.Nil(t, unpopulated(buf[100:], nil), "not on a page")
+	assert.Nil(t, unpopulated(buf[:100], nil), "less than a page")
+}
+
+// TestCheckpointOfUnpopulatedPages: a page known to be zeros is recorded
+// as zeros without reading it, whatever the checkpoint or the base held.
+func TestCheckpointOfUnpopulatedPages(t *testing.T) {
+	full := bytes.Repeat([]byte{7}, pageSize)
+	base := &baseImage{size: 4 * pageSize, pages: [][]byte{nil, full, nil, full}}
+	mem := make([]byte, 4*pageSize)
+	mem[2*pageSize] = 9 // page 2 written
+	var ck checkpoint
+	ck.update(base, mem, nil, 0, []bool{true, true, false, false})
+	assert.Nil(t, ck.pages[0], "zeros as the base")
+	assert.Equal(t, zeroPage, ck.pages[1], "the base's page became zeros")
+	assert.Equal(t, mem[2*pageSize:3*pageSize], ck.pages[2])
+	assert.Equal(t, zeroPage, ck.pages[3], "read: zeros, not the base's")
+	// An owned page becomes zeros in place; zeroPage itself is never
+	// written.
+	ck.update(base, mem, nil, 0, []bool{true, true, true, true})
+	assert.Equal(t, zeroPage, ck.pages[2])
+	mem[pageSize] = 5
+	ck.update(base, mem, nil, 0, nil)
+	assert.Equal(t, byte(5), ck.pages[1][0])
+	assert.Equal(t, make([]byte, pageSize), zeroPage)
+}
