@@ -251,8 +251,12 @@ type linearMemory struct {
 	watch    watched
 	tracking bool
 	pages    []uint32
-	// zero is unpopulated's buffer, for the checkpoints.
-	zero []bool
+	// zero is unpopulated's buffer, for the checkpoints; populated is
+	// set once it found every page past the dead stack populated (a
+	// pooled memory, or one the guest wrote all of), which they stay
+	// until the memory grows: the checkpoints stop asking.
+	zero      []bool
+	populated bool
 }
 
 // track starts tracking the pages written to the memory, if the kernel
@@ -302,6 +306,9 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 	if size > m.limit && len(m.buf) > 0 {
 		m.refused++
 		return nil
+	}
+	if size > uint64(len(m.buf)) {
+		m.populated = false // the pages added may be unpopulated
 	}
 	if size <= uint64(cap(m.buf)) {
 		m.buf = m.buf[:size]

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"encoding/binary"
 	"os"
+	"runtime"
 	"sync"
+	"syscall"
 	"unsafe"
 )
 
@@ -31,6 +33,9 @@ var pagemap = sync.OnceValue(func() *os.File {
 // unpopulated sets dst[i], for each page i of b, when the kernel holds no
 // page there (so it reads as zeros), and returns dst, or nil when it
 // cannot tell: no pagemap, b not starting on a page, pages of another size.
+// The entries are read in one pread, made without the scheduler's system
+// call bookkeeping (RawSyscall6): it does not block, and a checkpoint that
+// a run waits for would otherwise hand its thread off and wake another.
 func unpopulated(b []byte, dst []bool) []bool {
 	f := pagemap()
 	n := len(b) / pageSize
@@ -41,25 +46,35 @@ func unpopulated(b []byte, dst []bool) []bool {
 	if start%pageSize != 0 {
 		return nil
 	}
+	bp := entries.Get().(*[]byte)
+	defer entries.Put(bp)
+	if cap(*bp) < n*8 {
+		*bp = make([]byte, n*8)
+	}
+	buf := (*bp)[:n*8]
+	fd := f.Fd()
+	for got := 0; got < len(buf); {
+		r, _, errno := syscall.RawSyscall6(syscall.SYS_PREAD64, fd, uintptr(unsafe.Pointer(&buf[got])),
+			uintptr(len(buf)-got), (start/pageSize)*8+uintptr(got), 0, 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 || r == 0 || r%8 != 0 {
+			return nil
+		}
+		got += int(r)
+	}
 	if cap(dst) < n {
 		dst = make([]bool, n)
 	}
 	dst = dst[:n]
-	var buf [512 * 8]byte
-	for i := 0; i < n; {
-		chunk := buf[:min(n-i, 512)*8]
-		at := int64(start/pageSize+uintptr(i)) * 8
-		got, err := f.ReadAt(chunk, at)
-		if err != nil || got != len(chunk) {
-			if got < 8 {
-				return nil
-			}
-			chunk = chunk[:got&^7]
-		}
-		for j := 0; j < len(chunk); j += 8 {
-			dst[i] = binary.LittleEndian.Uint64(chunk[j:])&(pagemapPresent|pagemapSwapped) == 0
-			i++
-		}
+	for i := range dst {
+		dst[i] = binary.LittleEndian.Uint64(buf[i*8:])&(pagemapPresent|pagemapSwapped) == 0
 	}
+	runtime.KeepAlive(f)
 	return dst
 }
+
+// entries holds unpopulated's buffers: 8 bytes a page, 56 KiB for a
+// session's memory.
+var entries = sync.Pool{New: func() any { return new([]byte) }}

@@ -51,3 +51,17 @@ func TestCheckpointOfUnpopulatedPages(t *testing.T) {
 	assert.Equal(t, byte(5), ck.pages[1][0])
 	assert.Equal(t, make([]byte, pageSize), zeroPage)
 }
+
+// TestPopulatedEndsWhenMemoryGrows: a memory found all populated is asked
+// again once it grows, within its capacity or past it.
+func TestPopulatedEndsWhenMemoryGrows(t *testing.T) {
+	m := &linearMemory{buf: make([]byte, 1<<20, 2<<20), limit: 8 << 20}
+	m.populated = true
+	m.Reallocate(1 << 20)
+	assert.True(t, m.populated, "the same size adds no page")
+	m.Reallocate(2 << 20)
+	assert.False(t, m.populated, "grown within its capacity")
+	m.populated = true
+	m.Reallocate(4 << 20)
+	assert.False(t, m.populated, "grown past its capacity")
+}

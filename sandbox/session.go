@@ -329,8 +329,14 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descri
 		ck.updateWritten(s.base, m.buf, globals, s.g.deadStack(), pages)
 	} else {
 		m.track()
-		m.zero = unpopulated(m.buf, m.zero)
-		ck.update(s.base, m.buf, globals, s.g.deadStack(), m.zero)
+		dead := s.g.deadStack()
+		var zero []bool
+		if !m.populated {
+			m.zero = unpopulated(m.buf, m.zero)
+			zero = m.zero
+			m.populated = zero != nil && !slices.Contains(zero[min(dead, len(zero)):], true)
+		}
+		ck.update(s.base, m.buf, globals, dead, zero)
 	}
 	if fds, _, err := s.describeFiles(in); err == nil {
 		return fds
