@@ -257,6 +257,10 @@ type linearMemory struct {
 	// until the memory grows: the checkpoints stop asking.
 	zero      []bool
 	populated bool
+	// trimmed is set once the first checkpoint gave back the memory's
+	// runs of zero pages (trimZeros), gaveBack if there were any: then
+	// the pool asks which pages to zero.
+	trimmed, gaveBack bool
 }
 
 // track starts tracking the pages written to the memory, if the kernel
@@ -335,7 +339,7 @@ func (m *linearMemory) release() {
 	}
 	m.untrack()
 	if m.pool != nil && m.buf != nil {
-		m.pool.put(m.buf)
+		m.pool.put(m.buf, m.gaveBack)
 	}
 	m.buf, m.pool = nil, nil
 }
@@ -413,8 +417,9 @@ func (p *memPool) get(n uint64) []byte {
 }
 
 // put zeroes b (the part an instance used: it never shrinks) and keeps
-// it, if there is room.
-func (p *memPool) put(b []byte) {
+// it, if there is room. sparse says that pages of b were given back to
+// the kernel (trimZeros): those are zeros, and are not written.
+func (p *memPool) put(b []byte, sparse bool) {
 	if cap(b) > maxPooledBytes {
 		return
 	}
@@ -434,12 +439,26 @@ func (p *memPool) put(b []byte) {
 		// A MiB at a time, so that Guest.Close, which waits for this,
 		// does not wait for the rest (the command line closes its guest
 		// right after its one run). Every page is written, even one the
-		// kernel holds none of: asking it which (unpopulated), as
-		// checkpoints do, cost tiny one-shot runs a fifth of their
-		// throughput (BenchmarkPreinit, tiny-runs/s: 531-640 a second
-		// against 730-844 in the same rounds).
+		// kernel holds none of, unless sparse: asking the kernel which
+		// (unpopulated) for every memory cost tiny one-shot runs a fifth
+		// of their throughput (BenchmarkPreinit, tiny-runs/s: 531-640 a
+		// second against 730-844 in the same rounds), and only a
+		// session's memory has pages given back.
+		var zero []bool
+		if sparse {
+			zero = unpopulated(b, nil)
+		}
 		for at := 0; at < len(b) && !p.isClosed(); at += 1 << 20 {
-			clear(b[at:min(at+1<<20, len(b))])
+			end := min(at+1<<20, len(b))
+			if zero == nil {
+				clear(b[at:end])
+				continue
+			}
+			for pg := at; pg < end; pg += pageSize {
+				if i := pg / pageSize; i >= len(zero) || !zero[i] {
+					clear(b[pg:min(pg+pageSize, end)])
+				}
+			}
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()

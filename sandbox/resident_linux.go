@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/binary"
 	"os"
 	"runtime"
@@ -78,3 +79,38 @@ func unpopulated(b []byte, dst []bool) []bool {
 // entries holds unpopulated's buffers: 8 bytes a page, 56 KiB for a
 // session's memory.
 var entries = sync.Pool{New: func() any { return new([]byte) }}
+
+// minTrimPages is the shortest run of zero pages trimZeros gives back: a
+// call and the TLB shootdown that follows cost more than a page or two.
+const minTrimPages = 8
+
+// trimZeros gives back to the kernel the runs of at least minTrimPages
+// pages of b that hold only zeros (those marked in zero, known to be
+// unpopulated, are not read), so a memory that was written all over with
+// zeros (a pooled one) stops holding them. They read as zeros after, as
+// before. It returns how many pages it gave back.
+func trimZeros(b []byte, zero []bool) int {
+	n, trimmed := len(b)/pageSize, 0
+	if n == 0 || os.Getpagesize() != pageSize || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%pageSize != 0 {
+		return 0
+	}
+	run := -1
+	flush := func(end int) {
+		if run >= 0 && end-run >= minTrimPages &&
+			syscall.Madvise(b[run*pageSize:end*pageSize], syscall.MADV_DONTNEED) == nil {
+			trimmed += end - run
+		}
+		run = -1
+	}
+	for i := range n {
+		if (i >= len(zero) || !zero[i]) && !bytes.Equal(b[i*pageSize:(i+1)*pageSize], zeroPage) {
+			flush(i)
+			continue
+		}
+		if run < 0 {
+			run = i
+		}
+	}
+	flush(n)
+	return trimmed
+}

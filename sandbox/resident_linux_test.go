@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -64,4 +65,42 @@ func TestPopulatedEndsWhenMemoryGrows(t *testing.T) {
 	m.populated = true
 	m.Reallocate(4 << 20)
 	assert.False(t, m.populated, "grown past its capacity")
+}
+
+// TestTrimZeros: runs of zero pages go back to the kernel and still read
+// as zeros; short runs and pages holding anything stay.
+func TestTrimZeros(t *testing.T) {
+	b := bytes.Repeat([]byte{0xA5}, 1<<20)
+	clear(b[10*pageSize : 30*pageSize]) // 20 pages of zeros
+	clear(b[40*pageSize : 43*pageSize]) // 3: too short to give back
+	b[20*pageSize+7] = 1                // splits the 20 into 10 and 9
+	assert.Equal(t, 19, trimZeros(b, nil))
+	zero := unpopulated(b, nil)
+	require.NotNil(t, zero)
+	for i := range zero {
+		given := (i >= 10 && i < 20) || (i >= 21 && i < 30)
+		assert.Equal(t, given, zero[i], "page %d", i)
+	}
+	assert.Equal(t, byte(1), b[20*pageSize+7])
+	assert.Equal(t, 20*pageSize-1, bytes.Count(b[10*pageSize:30*pageSize], []byte{0}), "the zeros read as zeros")
+	assert.Zero(t, trimZeros(b[1:], nil), "not on a page")
+}
+
+// TestSparsePoolZeroesWhatIsThere is the pool's isolation with a memory
+// whose pages were given back: every page that holds anything, a given
+// back one written again included, is zeros before the memory is handed
+// out again.
+func TestSparsePoolZeroesWhatIsThere(t *testing.T) {
+	var wg sync.WaitGroup
+	p := &memPool{wg: &wg}
+	b := bytes.Repeat([]byte{0xA5}, 2<<20)
+	clear(b[64*pageSize : 200*pageSize])
+	require.Equal(t, 136, trimZeros(b, nil))
+	b[100*pageSize+5] = 0xA5 // written again after it was given back
+	p.put(b, true)
+	wg.Wait()
+	got := p.get(uint64(len(b)))
+	require.NotNil(t, got)
+	got = got[:len(b)]
+	assert.Equal(t, len(got), bytes.Count(got, []byte{0}), "nothing of the last instance is left")
 }
