@@ -100,29 +100,11 @@ type checkpoint struct {
 func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead int, zero []bool) {
 	n := c.resize(mem, globals)
 	for i := min(dead, n); i < n; i++ {
+		cur := mem[i*pageSize : (i+1)*pageSize]
 		if i < len(zero) && zero[i] {
-			c.zeroPage(base, i)
-		} else {
-			c.updatePage(base, mem, i)
+			cur = zeroPage
 		}
-	}
-}
-
-// zeroPage records page i as zeros, if it was not.
-func (c *checkpoint) zeroPage(base *baseImage, i int) {
-	ref := c.pages[i]
-	if ref == nil {
-		if ref = base.page(i); ref == nil {
-			return
-		}
-	}
-	if &ref[0] == &zeroPage[0] || bytes.Equal(ref, zeroPage) {
-		return
-	}
-	if c.owned[i] {
-		clear(c.pages[i])
-	} else {
-		c.pages[i] = zeroPage // shared, never written: a change clones it
+		c.updatePage(base, cur, i)
 	}
 }
 
@@ -133,7 +115,7 @@ func (c *checkpoint) updateWritten(base *baseImage, mem []byte, globals []uint64
 	n := c.resize(mem, globals)
 	for _, i := range written {
 		if int(i) >= dead && int(i) < n {
-			c.updatePage(base, mem, int(i))
+			c.updatePage(base, mem[int(i)*pageSize:(int(i)+1)*pageSize], int(i))
 		}
 	}
 }
@@ -155,9 +137,8 @@ func (c *checkpoint) resize(mem []byte, globals []uint64) int {
 	return n
 }
 
-// updatePage records page i of mem, if it changed.
-func (c *checkpoint) updatePage(base *baseImage, mem []byte, i int) {
-	cur := mem[i*pageSize : (i+1)*pageSize]
+// updatePage records cur as page i, if it changed.
+func (c *checkpoint) updatePage(base *baseImage, cur []byte, i int) {
 	ref := c.pages[i]
 	if ref == nil {
 		if ref = base.page(i); ref == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -264,8 +265,8 @@ type linearMemory struct {
 }
 
 // track starts tracking the pages written to the memory, if the kernel
-// can and it pays (writes): from now on written reports them. It is a no-op when tracking
-// already.
+// can and it pays (writes): from now on written reports them. It is a
+// no-op when tracking already.
 func (m *linearMemory) track() {
 	if m.tracking || len(m.buf) == 0 {
 		return
@@ -304,6 +305,34 @@ func (m *linearMemory) written() ([]uint32, bool) {
 	}
 	m.pages = pages
 	return pages, true
+}
+
+// unpopulated returns which pages the kernel holds none of (they read as
+// zeros; see resident_linux.go), or nil when none or it cannot tell. Once
+// it finds none past the dead pages it stops asking, until the memory
+// grows or gives pages back.
+func (m *linearMemory) unpopulated(dead int) []bool {
+	if m.populated {
+		return nil
+	}
+	m.zero = unpopulated(m.buf, m.zero)
+	m.populated = m.zero != nil && !slices.Contains(m.zero[min(dead, len(m.zero)):], true)
+	return m.zero
+}
+
+// trimOnce, the first time it is called (after the first checkpoint's
+// comparison, zero being what unpopulated said then), gives back the
+// memory's runs of zero pages, the dead stack's included: a memory
+// written all over with zeros (pooled, or reused by Go) then holds what
+// its session uses.
+func (m *linearMemory) trimOnce(zero []bool) {
+	if m.trimmed {
+		return
+	}
+	m.trimmed = true
+	if trimZeros(m.buf, zero) > 0 {
+		m.gaveBack, m.populated = true, false
+	}
 }
 
 func (m *linearMemory) Reallocate(size uint64) []byte {

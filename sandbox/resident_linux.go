@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -23,6 +22,8 @@ const (
 	pagemapSwapped = 1 << 62
 )
 
+// pagemap is the process's /proc/self/pagemap, opened once and kept: the
+// write tracker (written_linux_amd64.go) scans through it too.
 var pagemap = sync.OnceValue(func() *os.File {
 	f, err := os.Open("/proc/self/pagemap")
 	if err != nil {
@@ -72,7 +73,6 @@ func unpopulated(b []byte, dst []bool) []bool {
 	for i := range dst {
 		dst[i] = binary.LittleEndian.Uint64(buf[i*8:])&(pagemapPresent|pagemapSwapped) == 0
 	}
-	runtime.KeepAlive(f)
 	return dst
 }
 

@@ -330,23 +330,9 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descri
 	} else {
 		m.track()
 		dead := s.g.deadStack()
-		var zero []bool
-		if !m.populated {
-			m.zero = unpopulated(m.buf, m.zero)
-			zero = m.zero
-			m.populated = zero != nil && !slices.Contains(zero[min(dead, len(zero)):], true)
-		}
+		zero := m.unpopulated(dead)
 		ck.update(s.base, m.buf, globals, dead, zero)
-		if !m.trimmed {
-			// Once, after the first comparison: a memory written all
-			// over with zeros (pooled, or reused by Go) gives back the
-			// pages that hold nothing, the dead stack's included, so an
-			// idle session holds what it uses.
-			m.trimmed = true
-			if trimZeros(m.buf, zero) > 0 {
-				m.gaveBack, m.populated = true, false
-			}
-		}
+		m.trimOnce(zero)
 	}
 	if fds, _, err := s.describeFiles(in); err == nil {
 		return fds

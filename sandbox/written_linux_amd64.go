@@ -84,12 +84,12 @@ func newWriteTracker() (*writeTracker, error) {
 		syscall.Close(int(fd))
 		return nil, fmt.Errorf("userfaultfd: asynchronous write protection: %w", err)
 	}
-	pm, err := syscall.Open("/proc/self/pagemap", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
+	pm := pagemap() // the one unpopulated reads (resident_linux.go)
+	if pm == nil {
 		syscall.Close(int(fd))
-		return nil, fmt.Errorf("opening /proc/self/pagemap: %w", err)
+		return nil, errors.New("/proc/self/pagemap cannot be opened")
 	}
-	return &writeTracker{uffd: int(fd), pagemap: pm}, nil
+	return &writeTracker{uffd: int(fd), pagemap: int(pm.Fd())}, nil
 }
 
 func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {

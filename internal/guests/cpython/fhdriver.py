@@ -22,7 +22,7 @@
 #   empty when absent), each cut to max_value+1 bytes
 #
 # Nothing here is trusted by the host: the guest's code can reach all of it.
-import ast, builtins, json, linecache, os, sys, traceback, types
+import builtins, json, linecache, os, sys, traceback, types
 
 def _fumehood_driver():
     G = globals()
@@ -38,16 +38,9 @@ def _fumehood_driver():
     runs = []
     mounts = G.get('_fumehood_mounts')
     # The C side's compile, split at a last statement that is an
-    # expression (cdriver/fhdriver.c); the same by the ast module's objects
-    # where it is missing.
-    split = G.get('_fumehood_compile')
-    if split is None:
-        def split(code, name):
-            tree = ast.parse(code, name, 'exec')
-            last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = compile(ast.Expression(tree.body.pop().value), name, 'eval')
-            return compile(tree, name, 'exec'), last
+    # expression (cdriver/fhdriver.c's fh_compile, which fumehood_init
+    # puts here before this runs).
+    split = G['_fumehood_compile']
     hint = G.get('_fumehood_hint')
 
     def trimmed(e):
