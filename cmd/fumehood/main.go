@@ -60,8 +60,17 @@ const stackWords = "the guest ran out of stack (recursion too deep for its C sta
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if len(os.Args) > 1 && shortLived[os.Args[1]] {
+		hugeHeap()
+	}
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
+
+// shortLived are the commands whose process does one run or holds one
+// session, and so asks for huge pages (hugeHeap). The MCP server lives
+// on, with a heap that grows and shrinks, and guest commands barely
+// touch the heap.
+var shortLived = map[string]bool{"run": true, "exec": true, "repl": true}
 
 const usage = `fumehood runs untrusted code in a WebAssembly sandbox, in-process.
 

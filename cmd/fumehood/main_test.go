@@ -274,6 +274,10 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	if os.Getenv("FUMEHOOD_TEST_HUGEHEAP") == "1" {
+		hugeHeapChild()
+		return
+	}
 	os.Exit(m.Run())
 }
 
