@@ -3,8 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -15,12 +18,27 @@ import (
 // memory is, with neither bit set has never been written since it was
 // allocated or given back: it reads as zeros, and reading it makes the
 // kernel allocate it (on some machines a fresh page for every page read,
-// not the shared zero page). See the kernel's
+// not the shared zero page). Its PAGEMAP_SCAN ioctl (Linux 6.7) reports
+// the same as runs of pages, which costs the kernel a quarter of writing
+// an entry per page. See the kernel's
 // Documentation/admin-guide/mm/pagemap.rst.
 const (
 	pagemapPresent = 1 << 63
 	pagemapSwapped = 1 << 62
+
+	pageIsWritten = 1 << 1 // PAGEMAP_SCAN's categories
+	pageIsPresent = 1 << 3
+	pageIsSwapped = 1 << 4
 )
+
+// pmScanArg is the kernel's struct pm_scan_arg.
+type pmScanArg struct {
+	size, flags, start, end, walkEnd, vec, vecLen, maxPages   uint64
+	categoryInverted, categoryMask, categoryAnyof, returnMask uint64
+}
+
+// pageRegion is the kernel's struct page_region: a run of pages.
+type pageRegion struct{ start, end, categories uint64 }
 
 // pagemap is the process's /proc/self/pagemap, opened once and kept: the
 // write tracker (written_linux_amd64.go) scans through it too.
@@ -32,12 +50,16 @@ var pagemap = sync.OnceValue(func() *os.File {
 	return f
 })
 
+// noScan is set once PAGEMAP_SCAN turned out not to be there (a kernel
+// before 6.7): unpopulated reads the entries from then on.
+var noScan atomic.Bool
+
 // unpopulated sets dst[i], for each page i of b, when the kernel holds no
 // page there (so it reads as zeros), and returns dst, or nil when it
 // cannot tell: no pagemap, b not starting on a page, pages of another size.
-// The entries are read in one pread, made without the scheduler's system
-// call bookkeeping (RawSyscall6): it does not block, and a checkpoint that
-// a run waits for would otherwise hand its thread off and wake another.
+// Its system calls are made without the scheduler's bookkeeping
+// (RawSyscall6): they do not block, and a checkpoint that a run waits for
+// would otherwise hand its thread off and wake another.
 func unpopulated(b []byte, dst []bool) []bool {
 	f := pagemap()
 	n := len(b) / pageSize
@@ -48,13 +70,73 @@ func unpopulated(b []byte, dst []bool) []bool {
 	if start%pageSize != 0 {
 		return nil
 	}
+	if cap(dst) < n {
+		dst = make([]bool, n)
+	}
+	dst = dst[:n]
+	if pagemapScan != 0 && !noScan.Load() {
+		err := scanUnpopulated(f.Fd(), start, dst)
+		if err == nil {
+			return dst
+		}
+		if errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EINVAL) {
+			noScan.Store(true)
+		}
+	}
+	if !readUnpopulated(f.Fd(), start, dst) {
+		return nil
+	}
+	return dst
+}
+
+// scanUnpopulated is unpopulated through PAGEMAP_SCAN, for the len(dst)
+// pages from start.
+func scanUnpopulated(fd, start uintptr, dst []bool) error {
+	clear(dst)
+	var vec [64]pageRegion
+	lo, end := uint64(start), uint64(start)+uint64(len(dst))*pageSize
+	for at := lo; at < end; {
+		arg := pmScanArg{
+			size: uint64(unsafe.Sizeof(pmScanArg{})), start: at, end: end,
+			vec: uint64(uintptr(unsafe.Pointer(&vec[0]))), vecLen: uint64(len(vec)),
+			// Neither present nor swapped.
+			categoryInverted: pageIsPresent | pageIsSwapped,
+			categoryMask:     pageIsPresent | pageIsSwapped,
+			returnMask:       pageIsPresent,
+		}
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_IOCTL, fd, pagemapScan, uintptr(unsafe.Pointer(&arg)), 0, 0, 0)
+		if errno == syscall.EINTR || errno == syscall.EAGAIN {
+			continue
+		}
+		if errno != 0 {
+			return fmt.Errorf("PAGEMAP_SCAN: %w", errno)
+		}
+		if n > uintptr(len(vec)) || arg.walkEnd <= at || arg.walkEnd > end {
+			return fmt.Errorf("PAGEMAP_SCAN: %d regions, walked to %#x of [%#x, %#x)", n, arg.walkEnd, at, end)
+		}
+		for _, r := range vec[:n] {
+			if r.start < at || r.end > arg.walkEnd || r.start >= r.end || (r.start-lo)%pageSize != 0 || (r.end-lo)%pageSize != 0 {
+				return fmt.Errorf("PAGEMAP_SCAN: region [%#x, %#x) outside [%#x, %#x)", r.start, r.end, at, arg.walkEnd)
+			}
+			for i := (r.start - lo) / pageSize; i < (r.end-lo)/pageSize; i++ {
+				dst[i] = true
+			}
+		}
+		at = arg.walkEnd
+	}
+	return nil
+}
+
+// readUnpopulated is unpopulated from pagemap's entries, read in one
+// pread, for the len(dst) pages from start.
+func readUnpopulated(fd, start uintptr, dst []bool) bool {
+	n := len(dst)
 	bp := entries.Get().(*[]byte)
 	defer entries.Put(bp)
 	if cap(*bp) < n*8 {
 		*bp = make([]byte, n*8)
 	}
 	buf := (*bp)[:n*8]
-	fd := f.Fd()
 	for got := 0; got < len(buf); {
 		r, _, errno := syscall.RawSyscall6(syscall.SYS_PREAD64, fd, uintptr(unsafe.Pointer(&buf[got])),
 			uintptr(len(buf)-got), (start/pageSize)*8+uintptr(got), 0, 0)
@@ -62,21 +144,17 @@ func unpopulated(b []byte, dst []bool) []bool {
 			continue
 		}
 		if errno != 0 || r == 0 || r%8 != 0 {
-			return nil
+			return false
 		}
 		got += int(r)
 	}
-	if cap(dst) < n {
-		dst = make([]bool, n)
-	}
-	dst = dst[:n]
 	for i := range dst {
 		dst[i] = binary.LittleEndian.Uint64(buf[i*8:])&(pagemapPresent|pagemapSwapped) == 0
 	}
-	return dst
+	return true
 }
 
-// entries holds unpopulated's buffers: 8 bytes a page, 56 KiB for a
+// entries holds readUnpopulated's buffers: 8 bytes a page, 56 KiB for a
 // session's memory.
 var entries = sync.Pool{New: func() any { return new([]byte) }}
 

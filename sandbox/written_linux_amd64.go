@@ -31,10 +31,8 @@ const (
 	uffdRegisterModeWP   = 1 << 1
 	uffdWriteprotectMode = 1 << 0
 
-	pagemapScan        = 0xc0606610 // _IOWR('f', 16, struct pm_scan_arg)
-	pmScanWPMatching   = 1 << 0     // protect the pages reported again
-	pmScanCheckWPAsync = 1 << 1     // fail unless the range is in async mode
-	pageIsWritten      = 1 << 1
+	pmScanWPMatching   = 1 << 0 // protect the pages reported again
+	pmScanCheckWPAsync = 1 << 1 // fail unless the range is in async mode
 )
 
 type uffdioAPIArg struct{ api, features, ioctls uint64 }
@@ -50,13 +48,6 @@ type uffdioWriteprotectArg struct {
 	rng  uffdioRange
 	mode uint64
 }
-
-type pmScanArg struct {
-	size, flags, start, end, walkEnd, vec, vecLen, maxPages   uint64
-	categoryInverted, categoryMask, categoryAnyof, returnMask uint64
-}
-
-type pageRegion struct{ start, end, categories uint64 }
 
 // writeTracker is the process's userfaultfd and /proc/self/pagemap, open
 // for the life of the process once a session first needs them.

@@ -1,0 +1,45 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkLiveRoundTrip times x += 1 in a live session of the built guest,
+// the round trip of issue 19, in µs (medians of 1,000 runs and 200):
+// back to back (b2b-us: each run waits for the last one's checkpoint)
+// and 5 ms apart (idle-us: an agent's pace, the checkpoint taken in
+// between), and the run's fuel. Compare builds by alternating their test
+// binaries:
+//
+//	go test ./sandbox -run '^$' -bench LiveRoundTrip -benchtime 1x -count 5
+func BenchmarkLiveRoundTrip(b *testing.B) {
+	ctx := context.Background()
+	g := builtGuest(b)
+	s, err := g.NewSession(ctx, nil)
+	require.NoError(b, err)
+	defer s.Close()
+	_, err = s.Run(ctx, "x = 0", nil)
+	require.NoError(b, err)
+	var fuel int64
+	times := func(n int, apart time.Duration) time.Duration {
+		d := make([]time.Duration, n)
+		for i := range d {
+			time.Sleep(apart)
+			t0 := time.Now()
+			res, err := s.Run(ctx, "x += 1", nil)
+			d[i] = time.Since(t0)
+			require.NoError(b, err)
+			fuel = res.FuelUsed
+		}
+		return median(d)
+	}
+	for b.Loop() {
+		b.ReportMetric(float64(times(1000, 0).Nanoseconds())/1e3, "b2b-us")
+		b.ReportMetric(float64(times(200, 5*time.Millisecond).Nanoseconds())/1e3, "idle-us")
+		b.ReportMetric(float64(fuel), "fuel")
+	}
+}
