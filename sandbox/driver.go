@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
@@ -134,6 +135,15 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 		if req.Seed, err = newSeed(s.rand); err != nil {
 			return req, nil, err
 		}
+	}
+	if s.g.driver && code != nil && !s.sendEnv && !s.reseed && utf8.ValidString(*code) {
+		// Code alone, as most runs send it: compact, which the driver
+		// reads without a JSON decoder (fhdriver.py).
+		body := strconv.AppendInt(nil, req.N, 10)
+		body = append(body, ' ')
+		body = strconv.AppendInt(body, int64(req.MaxValue), 10)
+		body = append(body, '\n')
+		return req, append(body, *code...), nil
 	}
 	body, err := json.Marshal(&req)
 	return req, body, err

@@ -75,8 +75,13 @@ func TestSessionOutcomeCappedByTheHost(t *testing.T) {
 		assert.False(t, exc.Truncated)
 	})
 
-	// The driver's request says where it cuts texts: the code raises it.
-	const raise = "import sys\nsys._getframe(1).f_locals['req']['max_value'] = 10**9\n"
+	// The driver's request says where it cuts texts: the code raises it
+	// (the built guest's driver has read it by then: the code turns the
+	// cut off).
+	raise := "import sys\nsys._getframe(1).f_locals['req']['max_value'] = 10**9\n"
+	if sandboxtest.Guest(t) == sandbox.GuestBuilt {
+		raise = "import sys\nsys._getframe(2).f_locals['n'] = None\n"
+	}
 	t.Run("value after the request is edited", func(t *testing.T) {
 		res, err := s.Run(ctx, raise+"'v' * 30_000_000", cfg)
 		require.NoError(t, err)

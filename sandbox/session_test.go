@@ -498,3 +498,26 @@ func TestSessionConcurrentUse(t *testing.T) {
 	}
 	assert.Equal(t, "40", run(t, s, "n").Value)
 }
+
+// TestSessionRequestsOfCodeAlone: the runs after a session's first send
+// their code alone (the built guest reads it without JSON): code that
+// starts as JSON does, lines and a last expression, bytes that are not
+// UTF-8 (sent as JSON sends them, each bad byte a U+FFFD) and NUL, and the
+// run's number in tracebacks, as the first run's request does.
+func TestSessionRequestsOfCodeAlone(t *testing.T) {
+	ctx := context.Background()
+	s := newSession(t, nil)
+	run(t, s, "x = 0")
+	assert.Equal(t, "{1: 2}", run(t, s, "{1: 2}").Value)
+	assert.Equal(t, "3", run(t, s, "a = 1\nb = 2\n\na + b").Value)
+	assert.Equal(t, "'\ufffd\ufffd'", run(t, s, "'\xff\xfe'").Value)
+	_, err := s.Run(ctx, "x = 1\x00", nil)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Contains(t, exc.Message, "null bytes")
+	_, err = s.Run(ctx, "pass\n1 / 0", nil)
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "ZeroDivisionError", exc.Type)
+	assert.Contains(t, exc.Traceback, `File "<run-6>", line 2, in <module>`)
+	assert.Equal(t, "0", run(t, s, "x").Value, "the session went on, x as it was")
+}

@@ -6,7 +6,9 @@
 #
 # A request is the session driver's JSON request (sandbox/driver.py):
 # code, n, env, seed, path, site, mounts, max_value; "result" is not
-# needed, the outcome is returned. A one-shot run from an image adds name
+# needed, the outcome is returned. A request of code alone (most runs of a
+# session) comes compact instead, without JSON: "<n> <max_value>\n"
+# and the code, UTF-8. A one-shot run from an image adds name
 # (the code's file name in tracebacks, default <run-N>), argv (sys.argv)
 # and final (run atexit's functions after the code, as an exiting
 # interpreter does). The code runs in one persistent
@@ -94,6 +96,10 @@ def _fumehood_driver():
         argv = req.get('argv')
         if argv is not None:
             sys.argv[:] = [str(a) for a in argv]
+        return execute(code, name)
+
+    def execute(code, name):
+        out = {}
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         runs.append(name)
         if len(runs) > 64:
@@ -163,13 +169,21 @@ def _fumehood_driver():
     def fumehood_exec(data):
         n = None
         try:
-            req = scan(data.decode(), 0)[0]
-            # The cut is read before the code runs, which can reach req.
-            n = req.get('max_value') if type(req) is dict else None
-            n = n + 1 if type(n) is int and n >= 0 else None
-            out = run(req)
-            if req.get('final'):
-                final()
+            if data[:1] != b'{':
+                # Most runs': code alone, "<n> <max_value>\n<code>".
+                head, _, code = data.partition(b'\n')
+                num, n = head.split(b' ')
+                n = int(n)
+                n = n + 1 if n >= 0 else None
+                out = execute(code.decode(), '<run-%d>' % int(num))
+            else:
+                req = scan(data.decode(), 0)[0]
+                # The cut is read before the code runs, which can reach req.
+                n = req.get('max_value') if type(req) is dict else None
+                n = n + 1 if type(n) is int and n >= 0 else None
+                out = run(req)
+                if req.get('final'):
+                    final()
         except BaseException as e:
             req = {}
             out = {'type': type(e).__name__, 'message': 'fumehood driver: ' + str(e), 'traceback': ''}
