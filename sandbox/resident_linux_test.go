@@ -12,10 +12,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// freshMemory maps n bytes no one wrote, as a new linear memory is: the
+// Go heap may hand back memory it already wrote (zeroed).
+func freshMemory(t testing.TB, n int) []byte {
+	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Munmap(b) })
+	return b
+}
+
 // TestUnpopulated: the pages never written read as unpopulated, the ones
 // written do not, and what cannot be told is nil.
 func TestUnpopulated(t *testing.T) {
-	buf := make([]byte, 4<<20) // large: a fresh mapping, page-aligned
+	buf := freshMemory(t, 4<<20)
 	zero := unpopulated(buf, nil)
 	require.Len(t, zero, len(buf)/pageSize)
 	buf[3*pageSize+17] = 1
@@ -39,7 +48,7 @@ func TestUnpopulated(t *testing.T) {
 func TestUnpopulatedScanAgrees(t *testing.T) {
 	f := pagemap()
 	require.NotNil(t, f)
-	buf := make([]byte, 8<<20)
+	buf := freshMemory(t, 8<<20)
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	require.Zero(t, start%pageSize)
 	n := len(buf) / pageSize
@@ -156,7 +165,7 @@ func TestSparsePoolZeroesWhatIsThere(t *testing.T) {
 func BenchmarkUnpopulated(b *testing.B) {
 	f := pagemap()
 	require.NotNil(b, f)
-	buf := make([]byte, 12<<20)
+	buf := freshMemory(b, 12<<20)
 	for i := 0; i < 1700; i++ {
 		buf[(i+i/17*3)%3072*pageSize] = 1
 	}
