@@ -43,6 +43,21 @@ func TestSessionEnvIsTheCallers(t *testing.T) {
 	}
 }
 
+// The environment as the code left it is the session's state: a fork and
+// a resumed session have it, as they have the code's variables (the
+// caller's is sent only to a new session).
+func TestSessionEnvChangedByTheCode(t *testing.T) {
+	s := newSession(t, &sandbox.Config{Env: map[string]string{"A": "1"}})
+	run(t, s, "import os\nos.environ['A'] = '9'")
+	const code = "import os, posix\n(dict(os.environ), posix.environ)"
+	assert.Equal(t, "({'A': '9'}, {b'A': b'9'})", run(t, s, code).Value)
+	f, err := s.Fork(context.Background())
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, "({'A': '9'}, {b'A': b'9'})", run(t, f, code).Value)
+	assert.Equal(t, "({'A': '9'}, {b'A': b'9'})", run(t, resume(t, snapshotOf(t, s), nil), code).Value)
+}
+
 // randomState is what repeats in a session whose random state is not
 // reseeded: tempfile's name sequence and the random module.
 const randomState = "import tempfile, random, os\n(tempfile.mktemp(), random.random(), os.urandom(4).hex())"

@@ -66,11 +66,15 @@ def _fumehood_driver():
         out = {}
         env = req.get('env')
         if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
+            # Rewritten only where it differs: the image's is empty, as
+            # most sessions' is, and rewriting it writes pages a session
+            # would keep as its own.
             penv = sys.modules['posix'].environ
-            penv.clear()
-            penv.update((os.fsencode(k), os.fsencode(v)) for k, v in env.items())
+            if len(env) != len(os.environ) or len(penv) != len(env) or any(os.environ.get(k) != v for k, v in env.items()):
+                os.environ.clear()
+                os.environ.update(env)
+                penv.clear()
+                penv.update((os.fsencode(k), os.fsencode(v)) for k, v in env.items())
             at = 1 if sys.path[:1] == [''] else 0
             sys.path[at:at] = [p for p in env.get('PYTHONPATH', '').split(':') if p and p not in sys.path]
         if 'mounts' in req and mounts is not None:
@@ -210,12 +214,19 @@ def _fumehood_driver():
     # The traceback written to stderr goes nowhere.
     err, sys.stderr = sys.stderr, types.SimpleNamespace(write=len, flush=lambda: None)
     try:
-        for warm in ('None', '1/0'):
-            run({'code': warm, 'n': -1})
+        # Both forms of request, so that what their first use writes (the
+        # interpreter's specialized instructions, caches) is in the image,
+        # not in every session's own pages.
+        for warm in (b'None', b'1/0'):
+            fumehood_exec(b'{"code": "%s", "n": -1}' % warm)
+            fumehood_exec(b'-1 -1\n' + warm)
     finally:
         sys.stderr = err
     linecache.cache.pop('<run--1>', None)
     runs.clear()
+    # The environment the image started with (PYTHONHASHSEED=0, read at
+    # start-up) is no session's: each request that sends one replaces it.
+    run({'env': {}})
     return fumehood_exec
 
 fumehood_exec = _fumehood_driver()
