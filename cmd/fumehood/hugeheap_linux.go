@@ -1,8 +1,10 @@
 package main
 
 import (
+	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +35,8 @@ const hugeHeapBytes = 256 << 20
 // pages for a few live bytes, and khugepaged can refill what the
 // scavenger returned). That is why only the commands whose process lives
 // for one run or one session call this, never the MCP server; and
-// GODEBUG=disablethp=1, the runtime's own switch, turns it off.
+// GODEBUG=disablethp=1, the runtime's own switch, turns it off, as do
+// the limits roomForBlock respects.
 //
 // It grows the heap by one block of hugeHeapBytes, which the runtime maps
 // but does not touch, marks the block, and frees it: the runtime places
@@ -42,7 +45,7 @@ const hugeHeapBytes = 256 << 20
 // The mark stays on the mapping when the runtime gives pages back
 // (MADV_DONTNEED keeps it).
 func hugeHeap() bool {
-	if strings.Contains(os.Getenv("GODEBUG"), "disablethp=1") {
+	if strings.Contains(os.Getenv("GODEBUG"), "disablethp=1") || !roomForBlock() {
 		return false
 	}
 	huge := hugePageSize()
@@ -61,6 +64,18 @@ func hugeHeap() bool {
 	b = nil
 	runtime.GC()
 	return errno == 0
+}
+
+// roomForBlock reports whether the block may be taken: not where the
+// address space is limited (RLIMIT_AS, which it could push a run past) or
+// the Go runtime has a memory limit (GOMEMLIMIT, which counts the freed
+// block until the scavenger returns it).
+func roomForBlock() bool {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_AS, &rl); err != nil || rl.Cur != ^uint64(0) {
+		return false
+	}
+	return debug.SetMemoryLimit(-1) == math.MaxInt64
 }
 
 // hugePageSize is the size of a transparent huge page, or 0 if the kernel

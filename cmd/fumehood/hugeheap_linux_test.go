@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -20,6 +21,13 @@ import (
 // whether it asked and the kernel's smaps fields of the mapping that holds
 // the allocation.
 func hugeHeapChild() {
+	if v := os.Getenv("FUMEHOOD_TEST_RLIMIT_AS"); v != "" {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+			fmt.Println("error", err)
+			return
+		}
+	}
 	asked := hugeHeap()
 	b := make([]byte, 32<<20)
 	for i := 0; i < len(b); i += 4096 {
@@ -72,7 +80,7 @@ func hugeHeapIn(t *testing.T, env ...string) string {
 }
 
 func TestHugeHeap(t *testing.T) {
-	if runtime.GOOS != "linux" || hugePageSize() == 0 {
+	if hugePageSize() == 0 {
 		t.Skip("the kernel has no transparent huge pages to ask for")
 	}
 	out := hugeHeapIn(t)
@@ -83,10 +91,12 @@ func TestHugeHeap(t *testing.T) {
 	// "madvise" mode, it may not.
 	assert.Contains(t, out, "THPeligible: 1")
 
-	out = hugeHeapIn(t, "GODEBUG=disablethp=1")
-	assert.Contains(t, out, "asked false")
-	if mode, _ := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); strings.Contains(string(mode), "[madvise]") {
-		assert.Contains(t, out, "THPeligible: 0")
+	for _, env := range []string{"GODEBUG=disablethp=1", "GOMEMLIMIT=1GiB", "FUMEHOOD_TEST_RLIMIT_AS=" + strconv.Itoa(8<<30)} {
+		out = hugeHeapIn(t, env)
+		assert.Contains(t, out, "asked false", env)
+		if mode, _ := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); strings.Contains(string(mode), "[madvise]") {
+			assert.Contains(t, out, "THPeligible: 0", env)
+		}
 	}
 }
 
