@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
 
@@ -74,9 +75,10 @@ func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
 var driverOnly string
 
 // driverSource is what a session's interpreter runs: the start-up code
-// every Python run gets (startup.py), then the driver. The base image's
-// cache name covers it (baseFileName).
-var driverSource = startupSource + driverOnly
+// every Python run gets (startup.py), then the driver: how a request runs
+// (cpython.DriverRun, the built guest driver's), then its loop
+// (driver.py). The base image's cache name covers it (baseFileName).
+var driverSource = startupSource + cpython.DriverRun + driverOnly
 
 // controlPath is where a session's driver writes the outcome of each run:
 // an in-memory directory of fumehood's own. Mounts may not use it.

@@ -78,7 +78,7 @@ func TestSessionOutcomeCappedByTheHost(t *testing.T) {
 	// The driver's request says where it cuts texts: the code raises it
 	// (the built guest's driver has read it by then: the code turns the
 	// cut off).
-	raise := "import sys\nsys._getframe(1).f_locals['req']['max_value'] = 10**9\n"
+	raise := "import sys\nsys._getframe(2).f_locals['req']['max_value'] = 10**9\n"
 	if sandboxtest.Guest(t) == sandbox.GuestBuilt {
 		raise = "import sys\nsys._getframe(2).f_locals['n'] = None\n"
 	}
@@ -125,14 +125,14 @@ func TestSessionOutcomeCappedByTheHost(t *testing.T) {
 		// returns the outcome through memory, where the code fills it
 		// with texts past the cap and turns the guest's cut off.
 		big, huge := `import sys
-req = sys._getframe(1).f_locals['req']
+req = sys._getframe(2).f_locals['req']
 real, req['result'] = req['result'], '/tmp/elsewhere'
 big = "f" * 15_000_000  # four of them fit the control quota
 for ext in ('.value', '.type', '.message', '.traceback'):
     with open(real + ext, 'w') as f: f.write(big)
 with open(real, 'w') as f: f.write('{"value": true, "exception": true}')
 `, `import sys
-req = sys._getframe(1).f_locals['req']
+req = sys._getframe(2).f_locals['req']
 real, req['result'] = req['result'], '/tmp/elsewhere'
 with open(real, 'w') as f: f.write('{"value": "' + 'f' * 30_000_000 + '"}')
 `

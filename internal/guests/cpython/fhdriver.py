@@ -1,8 +1,10 @@
 # The Python side of fumehood's driver in the built guest
-# (cdriver/fhdriver.c). fumehood_init runs it once in __main__'s namespace
-# after the interpreter started, possibly preceded by other start-up code;
-# it defines fumehood_exec, which the C side calls for every request with
-# the request's bytes and whose returned bytes are the outcome.
+# (cdriver/fhdriver.c), after driverrun.py (how a request runs, which the
+# npm guest's session driver shares). fumehood_init runs the two once in
+# __main__'s namespace after the interpreter started, possibly preceded by
+# other start-up code; they define fumehood_exec, which the C side calls
+# for every request with the request's bytes and whose returned bytes are
+# the outcome.
 #
 # A request is the session driver's JSON request (sandbox/driver.py):
 # code, n, env, seed, path, site, mounts, max_value; "result" is not
@@ -24,7 +26,7 @@
 #   empty when absent), each cut to max_value+1 bytes
 #
 # Nothing here is trusted by the host: the guest's code can reach all of it.
-import builtins, json, linecache, os, sys, traceback, types
+import builtins, json, linecache, os, sys, types
 
 def _fumehood_driver():
     G = globals()
@@ -37,7 +39,6 @@ def _fumehood_driver():
     # The C scanner json.loads ends in, without its wrappers: the host's
     # request is one JSON object, UTF-8.
     scan = json.decoder.JSONDecoder().scan_once
-    runs = []
     mounts = G.get('_fumehood_mounts')
     # The C side's compile, split at a last statement that is an
     # expression (cdriver/fhdriver.c's fh_compile, which fumehood_init
@@ -45,108 +46,7 @@ def _fumehood_driver():
     split = G['_fumehood_compile']
     hint = G.get('_fumehood_hint')
 
-    def trimmed(e):
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_globals is G:
-            tb = tb.tb_next
-        if isinstance(e, SyntaxError):
-            return None
-        # As CPython's own printer: the last sys.tracebacklimit frames
-        # (1000), which also keeps a RecursionError's traceback quick.
-        limit = getattr(sys, 'tracebacklimit', 1000)
-        limit = max(limit, 0) if isinstance(limit, int) else 1000
-        depth, t = 0, tb
-        while t is not None:
-            depth, t = depth + 1, t.tb_next
-        for _ in range(depth - limit):
-            tb = tb.tb_next
-        return tb
-
-    def run(req):
-        out = {}
-        env = req.get('env')
-        if env is not None:
-            # Rewritten only where it differs: the image's is empty, as
-            # most sessions' is, and rewriting it writes pages a session
-            # would keep as its own.
-            penv = sys.modules['posix'].environ
-            if len(env) != len(os.environ) or len(penv) != len(env) or any(os.environ.get(k) != v for k, v in env.items()):
-                os.environ.clear()
-                os.environ.update(env)
-                penv.clear()
-                penv.update((os.fsencode(k), os.fsencode(v)) for k, v in env.items())
-            at = 1 if sys.path[:1] == [''] else 0
-            sys.path[at:at] = [p for p in env.get('PYTHONPATH', '').split(':') if p and p not in sys.path]
-        if 'mounts' in req and mounts is not None:
-            mounts(req['mounts'])
-        sys.path[0:0] = req.get('path', [])
-        for d in req.get('site', []):
-            sys.path.insert(0, d)
-            try:
-                import sitecustomize
-            finally:
-                sys.path.remove(d)
-                sys.modules.pop('sitecustomize', None)
-        seed = req.get('seed')
-        if seed is not None:
-            if 'random' in sys.modules:
-                sys.modules['random'].seed(bytes.fromhex(seed))
-            if 'tempfile' in sys.modules:
-                sys.modules['tempfile']._name_sequence = None
-        code = req.get('code')
-        if code is None:
-            return out
-        name = req.get('name') or '<run-%d>' % req.get('n', 0)
-        argv = req.get('argv')
-        if argv is not None:
-            sys.argv[:] = [str(a) for a in argv]
-        return execute(code, name)
-
-    def execute(code, name):
-        out = {}
-        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
-        runs.append(name)
-        if len(runs) > 64:
-            linecache.cache.pop(runs.pop(0), None)
-        try:
-            body, last = split(code, name)
-            exec(body, ns)
-            if last is not None:
-                value = eval(last, ns)
-                if value is not None:
-                    builtins._ = value
-                    out['value'] = repr(value)
-        except SystemExit as e:
-            code = e.code
-            if code is None:
-                code = 0
-            elif not isinstance(code, int):
-                print(code, file=sys.stderr)
-                code = 1
-            out['exit'] = int(code)
-        except BaseException as e:
-            if hint is not None:
-                try:
-                    hint(e)
-                except BaseException:
-                    pass
-            tb = trimmed(e)
-            text = ''.join(traceback.format_exception(type(e), e, tb))
-            try:
-                if sys.excepthook is sys.__excepthook__:
-                    sys.stderr.write(text)
-                else:
-                    sys.excepthook(type(e), e, tb)
-            except BaseException:
-                pass
-            try:
-                message = str(e)
-            except BaseException:
-                message = '<unprintable %s>' % type(e).__name__
-            out['type'] = type(e).__module__ + '.' + type(e).__qualname__ if type(e).__module__ not in ('builtins', '__main__') else type(e).__qualname__
-            out['message'] = message
-            out['traceback'] = text
-        return out
+    run, execute, runs = _fumehood_runner(G, ns, split, mounts, hint)
 
     def final():
         # What an exiting interpreter runs: atexit's functions.

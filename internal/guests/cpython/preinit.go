@@ -38,13 +38,22 @@ const (
 	ExportExec = "fumehood_exec"
 )
 
-// DriverPython is the driver's Python side (fhdriver.py), which
-// fumehood_init runs: it defines fumehood_exec, which runs a request (the
-// session driver's JSON request) and returns the outcome in the format
-// DecodeOutcome reads. Other start-up code may precede it.
+// DriverPython is the driver's Python side (DriverRun, then fhdriver.py),
+// which fumehood_init runs: it defines fumehood_exec, which runs a request
+// (the session driver's JSON request) and returns the outcome in the
+// format DecodeOutcome reads. Other start-up code may precede it.
+var DriverPython = DriverRun + fhdriverPython
+
+// DriverRun is how fumehood's drivers run a request (driverrun.py's
+// _fumehood_runner), Python shared by the built guest's driver and the
+// npm guest's session driver (the sandbox package's), each of which
+// follows it in one source.
 //
+//go:embed driverrun.py
+var DriverRun string
+
 //go:embed fhdriver.py
-var DriverPython string
+var fhdriverPython string
 
 // ErrNoDriver reports a module without the driver's exports (any other
 // WASI program, the npm guest, or a build from before the driver).
