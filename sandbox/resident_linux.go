@@ -74,7 +74,7 @@ func unpopulated(b []byte, dst []bool) []bool {
 		dst = make([]bool, n)
 	}
 	dst = dst[:n]
-	if pagemapScan != 0 && !noScan.Load() {
+	if !noScan.Load() {
 		err := scanUnpopulated(f.Fd(), start, dst)
 		if err == nil {
 			return dst
@@ -93,17 +93,30 @@ func unpopulated(b []byte, dst []bool) []bool {
 // pages from start.
 func scanUnpopulated(fd, start uintptr, dst []bool) error {
 	clear(dst)
-	var vec [64]pageRegion
-	lo, end := uint64(start), uint64(start)+uint64(len(dst))*pageSize
-	for at := lo; at < end; {
-		arg := pmScanArg{
-			size: uint64(unsafe.Sizeof(pmScanArg{})), start: at, end: end,
-			vec: uint64(uintptr(unsafe.Pointer(&vec[0]))), vecLen: uint64(len(vec)),
-			// Neither present nor swapped.
-			categoryInverted: pageIsPresent | pageIsSwapped,
-			categoryMask:     pageIsPresent | pageIsSwapped,
-			returnMask:       pageIsPresent,
+	lo := uint64(start)
+	// Neither present nor swapped.
+	q := pmScanArg{categoryInverted: pageIsPresent | pageIsSwapped, categoryMask: pageIsPresent | pageIsSwapped, returnMask: pageIsPresent}
+	return scanPagemap(fd, q, lo, lo+uint64(len(dst))*pageSize, func(from, to uint64) {
+		for i := (from - lo) / pageSize; i < (to-lo)/pageSize; i++ {
+			dst[i] = true
 		}
+	})
+}
+
+// scanPagemap calls each with every run of pages [from, to) of [start,
+// end), which must be whole pages, that PAGEMAP_SCAN reports for the
+// query q (its flags and categories; scanPagemap sets the rest), in
+// order. A run the kernel reports outside what it walked, or not on pages,
+// is an error, as is a kernel without the ioctl (ENOTTY or EINVAL).
+func scanPagemap(fd uintptr, q pmScanArg, start, end uint64, each func(from, to uint64)) error {
+	if pagemapScan == 0 {
+		return fmt.Errorf("PAGEMAP_SCAN: %w", syscall.ENOTTY)
+	}
+	var vec [64]pageRegion
+	for at := start; at < end; {
+		arg := q
+		arg.size, arg.start, arg.end = uint64(unsafe.Sizeof(pmScanArg{})), at, end
+		arg.vec, arg.vecLen = uint64(uintptr(unsafe.Pointer(&vec[0]))), uint64(len(vec))
 		n, _, errno := syscall.RawSyscall6(syscall.SYS_IOCTL, fd, pagemapScan, uintptr(unsafe.Pointer(&arg)), 0, 0, 0)
 		if errno == syscall.EINTR || errno == syscall.EAGAIN {
 			continue
@@ -115,12 +128,10 @@ func scanUnpopulated(fd, start uintptr, dst []bool) error {
 			return fmt.Errorf("PAGEMAP_SCAN: %d regions, walked to %#x of [%#x, %#x)", n, arg.walkEnd, at, end)
 		}
 		for _, r := range vec[:n] {
-			if r.start < at || r.end > arg.walkEnd || r.start >= r.end || (r.start-lo)%pageSize != 0 || (r.end-lo)%pageSize != 0 {
+			if r.start < at || r.end > arg.walkEnd || r.start >= r.end || (r.start-start)%pageSize != 0 || (r.end-start)%pageSize != 0 {
 				return fmt.Errorf("PAGEMAP_SCAN: region [%#x, %#x) outside [%#x, %#x)", r.start, r.end, at, arg.walkEnd)
 			}
-			for i := (r.start - lo) / pageSize; i < (r.end-lo)/pageSize; i++ {
-				dst[i] = true
-			}
+			each(r.start, r.end)
 		}
 		at = arg.walkEnd
 	}

@@ -135,38 +135,11 @@ func (t *writeTracker) unwatch(w watched) {
 // call (or watch) and protects them again. A page written while the call
 // runs is reported now or by the next call.
 func (t *writeTracker) written(w watched, dst []uint32) ([]uint32, error) {
-	var vec [128]pageRegion
-	at, end := w.start, w.start+w.len
-	for at < end {
-		arg := pmScanArg{
-			size: uint64(unsafe.Sizeof(pmScanArg{})), flags: pmScanWPMatching | pmScanCheckWPAsync,
-			start: at, end: end, vec: uint64(uintptr(unsafe.Pointer(&vec[0]))), vecLen: uint64(len(vec)),
-			categoryMask: pageIsWritten, returnMask: pageIsWritten,
+	q := pmScanArg{flags: pmScanWPMatching | pmScanCheckWPAsync, categoryMask: pageIsWritten, returnMask: pageIsWritten}
+	err := scanPagemap(uintptr(t.pagemap), q, w.start, w.start+w.len, func(from, to uint64) {
+		for p := from; p < to; p += pageSize {
+			dst = append(dst, uint32((p-w.start)/pageSize))
 		}
-		var n uintptr
-		for {
-			var errno syscall.Errno
-			n, _, errno = syscall.Syscall(syscall.SYS_IOCTL, uintptr(t.pagemap), pagemapScan, uintptr(unsafe.Pointer(&arg)))
-			if errno == syscall.EINTR || errno == syscall.EAGAIN {
-				continue
-			}
-			if errno != 0 {
-				return dst, fmt.Errorf("PAGEMAP_SCAN: %w", errno)
-			}
-			break
-		}
-		if n > uintptr(len(vec)) || arg.walkEnd <= at || arg.walkEnd > end {
-			return dst, fmt.Errorf("PAGEMAP_SCAN: %d regions, walked to %#x of [%#x, %#x)", n, arg.walkEnd, at, end)
-		}
-		for _, r := range vec[:n] {
-			if r.start < at || r.end > arg.walkEnd || r.start > r.end {
-				return dst, fmt.Errorf("PAGEMAP_SCAN: region [%#x, %#x) outside [%#x, %#x)", r.start, r.end, at, arg.walkEnd)
-			}
-			for p := r.start &^ (pageSize - 1); p < r.end; p += pageSize {
-				dst = append(dst, uint32((p-w.start)/pageSize))
-			}
-		}
-		at = arg.walkEnd
-	}
-	return dst, nil
+	})
+	return dst, err
 }
