@@ -82,22 +82,12 @@ func BenchmarkPreinit(b *testing.B) {
 	// roundTrip times x += 1 in a live session: idle, each call after the
 	// last one's checkpoint was taken (an agent's pace), or back to back.
 	roundTrip := func(g *Guest, idle bool) time.Duration {
-		s, err := g.NewSession(ctx, nil)
-		require.NoError(b, err)
-		defer s.Close()
-		_, err = s.Run(ctx, "x = 0", nil)
-		require.NoError(b, err)
-		d := make([]time.Duration, 5*n)
-		for i := range d {
-			if idle {
-				time.Sleep(5 * time.Millisecond)
-			}
-			t0 := time.Now()
-			_, err := s.Run(ctx, "x += 1", nil)
-			d[i] = time.Since(t0)
-			require.NoError(b, err)
+		apart := time.Duration(0)
+		if idle {
+			apart = 5 * time.Millisecond
 		}
-		return median(d)
+		d, _ := roundTrips(b, g, 5*n, apart)
+		return d
 	}
 	forkOf := func(g *Guest) time.Duration {
 		s, err := g.NewSession(ctx, nil)

@@ -17,29 +17,35 @@ import (
 //
 //	go test ./sandbox -run '^$' -bench LiveRoundTrip -benchtime 1x -count 5
 func BenchmarkLiveRoundTrip(b *testing.B) {
-	ctx := context.Background()
 	g := builtGuest(b)
+	for b.Loop() {
+		b2b, _ := roundTrips(b, g, 1000, 0)
+		idle, fuel := roundTrips(b, g, 200, 5*time.Millisecond)
+		b.ReportMetric(float64(b2b.Nanoseconds())/1e3, "b2b-us")
+		b.ReportMetric(float64(idle.Nanoseconds())/1e3, "idle-us")
+		b.ReportMetric(float64(fuel), "fuel")
+	}
+}
+
+// roundTrips times n runs of x += 1, each started apart after the last
+// one returned, in a new session of g, and returns their median and the
+// fuel of a run.
+func roundTrips(b *testing.B, g *Guest, n int, apart time.Duration) (time.Duration, int64) {
+	ctx := context.Background()
 	s, err := g.NewSession(ctx, nil)
 	require.NoError(b, err)
 	defer s.Close()
 	_, err = s.Run(ctx, "x = 0", nil)
 	require.NoError(b, err)
 	var fuel int64
-	times := func(n int, apart time.Duration) time.Duration {
-		d := make([]time.Duration, n)
-		for i := range d {
-			time.Sleep(apart)
-			t0 := time.Now()
-			res, err := s.Run(ctx, "x += 1", nil)
-			d[i] = time.Since(t0)
-			require.NoError(b, err)
-			fuel = res.FuelUsed
-		}
-		return median(d)
+	d := make([]time.Duration, n)
+	for i := range d {
+		time.Sleep(apart)
+		t0 := time.Now()
+		res, err := s.Run(ctx, "x += 1", nil)
+		d[i] = time.Since(t0)
+		require.NoError(b, err)
+		fuel = res.FuelUsed
 	}
-	for b.Loop() {
-		b.ReportMetric(float64(times(1000, 0).Nanoseconds())/1e3, "b2b-us")
-		b.ReportMetric(float64(times(200, 5*time.Millisecond).Nanoseconds())/1e3, "idle-us")
-		b.ReportMetric(float64(fuel), "fuel")
-	}
+	return median(d), fuel
 }
