@@ -66,19 +66,7 @@ def _driver():
             out = run(req)
         except BaseException as e:
             out = {'type': type(e).__name__, 'message': 'session driver: ' + str(e), 'traceback': ''}
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except BaseException:
-                pass
-        # The host-call channel must not stay open across the pause.
-        fh = sys.modules.get('fumehood')
-        if fh is not None and getattr(fh, '_fd', None) is not None:
-            try:
-                os.close(fh._fd)
-            except OSError:
-                pass
-            fh._fd = None
+        _fumehood_settle()
         result = req['result']
         # The host cuts each text to max_value bytes; one byte more tells
         # it that the text was longer.

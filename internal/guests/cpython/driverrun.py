@@ -4,6 +4,8 @@
 # its own; both run in one module's namespace, the interpreter's first
 # __main__ (G below), whose frames a traceback leaves out.
 #
+# _fumehood_settle ends every request, whatever became of it.
+#
 # _fumehood_runner returns run(req), which applies a request (the
 # session driver's JSON request, as a dict: code, n, env, seed, path,
 # site, mounts, and a one-shot run's name and argv) and runs its code;
@@ -137,3 +139,21 @@ def _fumehood_runner(G, ns, split, mounts, hint):
         return out
 
     return run, execute, runs
+
+
+def _fumehood_settle():
+    # What the code wrote is flushed, and the host-call channel closed:
+    # it does not stay open between requests (the npm guest's sessions are
+    # paused there, and it must not be open across the pause).
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    fh = sys.modules.get('fumehood')
+    if fh is not None and getattr(fh, '_fd', None) is not None:
+        try:
+            os.close(fh._fd)
+        except OSError:
+            pass
+        fh._fd = None

@@ -26,7 +26,7 @@
 #   empty when absent), each cut to max_value+1 bytes
 #
 # Nothing here is trusted by the host: the guest's code can reach all of it.
-import builtins, json, linecache, os, sys, types
+import builtins, json, linecache, sys, types
 
 def _fumehood_driver():
     G = globals()
@@ -91,18 +91,7 @@ def _fumehood_driver():
         except BaseException as e:
             req = {}
             out = {'type': type(e).__name__, 'message': 'fumehood driver: ' + str(e), 'traceback': ''}
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except BaseException:
-                pass
-        fh = sys.modules.get('fumehood')
-        if fh is not None and getattr(fh, '_fd', None) is not None:
-            try:
-                os.close(fh._fd)
-            except OSError:
-                pass
-            fh._fd = None
+        _fumehood_settle()
         try:
             return pack(out, n)
         except MemoryError:
