@@ -2,6 +2,7 @@ package codetool
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -89,9 +90,11 @@ func (w *Watch) Changed() ([]File, error) {
 	images := 0
 	for _, p := range names {
 		name, _ := Clip(path.Join("/", p), 1024)
-		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
-		if f.MediaType != "" && f.Size <= int64(w.maxImage) && images < maxImages {
-			if data, rerr := fs.ReadFile(w.fsys, p); rerr == nil && len(data) <= w.maxImage {
+		f := File{Path: name, Size: after[p].size}
+		if imageName(p) {
+			attach := f.Size <= int64(w.maxImage) && images < maxImages
+			data := w.read(p, attach)
+			if f.MediaType = imageType(p, data, attach); f.MediaType != "" && attach {
 				f.Data = data
 				images++
 			}
@@ -99,4 +102,23 @@ func (w *Watch) Changed() ([]File, error) {
 		files = append(files, f)
 	}
 	return files, err
+}
+
+// read returns the file's content if whole (at most the watch's image
+// size), else its first sniffLen bytes; nil if it cannot be read.
+func (w *Watch) read(name string, whole bool) []byte {
+	f, err := w.fsys.Open(name)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	n := int64(sniffLen)
+	if whole {
+		n = int64(w.maxImage) + 1
+	}
+	data, err := io.ReadAll(io.LimitReader(f, n))
+	if err != nil || (whole && len(data) > w.maxImage) {
+		return nil
+	}
+	return data
 }

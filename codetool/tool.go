@@ -549,16 +549,3 @@ func (t *Tool) Close() error {
 	}
 	return nil
 }
-
-// imageType is the media type of an image file by its name, or "".
-func imageType(name string) string {
-	switch strings.ToLower(path.Ext(name)) {
-	case ".png":
-		return "image/png"
-	case ".jpg", ".jpeg":
-		return "image/jpeg"
-	case ".svg":
-		return "image/svg+xml"
-	}
-	return ""
-}
