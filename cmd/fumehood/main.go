@@ -40,6 +40,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 )
 
 // Exit statuses fumehood uses for its own reasons.
@@ -102,9 +103,19 @@ func (e *usageError) Error() string { return e.msg }
 
 // parse parses a command's flags. It reports help when -h or -help asked
 // for the usage, which fs has printed; any other bad flag is a usageError.
+//
+// The flag package's own report of a bad flag (the error, then every
+// flag's help) is not printed: run prints the error once and where the
+// help is.
 func parse(fs *flag.FlagSet, args []string) (help bool, err error) {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	err = fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
 		return true, nil
 	}
 	if err != nil {
@@ -142,7 +153,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "fumehood: %v\n\n%s", err, usage)
+		// The mistake once, and where the help is: not pages of it.
+		switch args[0] {
+		case "run", "repl", "exec", "mcp":
+			fmt.Fprintf(stderr, "fumehood: %v\nRun 'fumehood %s -h' for its flags.\n", err, args[0])
+		case "guest":
+			fmt.Fprintf(stderr, "fumehood: %v\nRun 'fumehood help' for the guest commands, 'fumehood guest %s -h' for flags.\n", err,
+				guestSub(args[1:]))
+		default:
+			fmt.Fprintf(stderr, "fumehood: %v\n\n%s", err, usage)
+		}
 		return exitUsage
 	}
 	fmt.Fprintf(stderr, "fumehood: %v\n", err)
@@ -150,4 +170,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code = exitFailure
 	}
 	return code
+}
+
+// guestSub is the guest subcommand named in args, or "build".
+func guestSub(args []string) string {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0]
+	}
+	return "build"
 }

@@ -61,7 +61,7 @@ func (m *mountFlags) add(volume bool) func(string) error {
 				readOnly = true
 			case mode == "rw":
 			default:
-				return fmt.Errorf("unknown mount mode %q in %q: want HOSTDIR:/GUEST/DIR, optionally followed by :ro or :rw (a guest path cannot hold a colon)", mode, v)
+				return fmt.Errorf("unknown mount mode %q: want HOSTDIR:/GUEST/DIR, optionally followed by :ro or :rw (a guest path cannot hold a colon)", mode)
 			}
 		}
 		if strings.Contains(guest, ":") {
@@ -180,8 +180,8 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.
 
 // withFlag adds the --with flag, which run, repl and mcp share.
 func withFlag(fs *flag.FlagSet) *string {
-	return fs.String("with", "", "the built guest's variant with these optional parts, comma-separated: numpy (build it first: `"+
-		cpython.BuildCommand+" --with numpy`)")
+	return fs.String("with", "", "the built guest's variant with these optional `PARTS`, comma-separated: numpy (build it first: \""+
+		cpython.BuildCommand+" --with numpy\")")
 }
 
 // compile compiles the Python guest (its session build if sessions is
