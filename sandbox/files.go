@@ -5,8 +5,10 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tetratelabs/wazero/experimental/sys"
@@ -133,6 +135,11 @@ func (f *Files) hidden(clean string) bool {
 	return f.sb.ctl != nil && (clean == controlPath || hasPrefixPath(clean, controlPath))
 }
 
+// mountPoint reports whether the clean guest path is where a mount is.
+func (f *Files) mountPoint(clean string) bool {
+	return slices.ContainsFunc(f.sb.mounts, func(m mounted) bool { return m.path == clean })
+}
+
 // within reports whether name is mount or below it, and the path relative to it.
 func within(name, mount string) (string, bool) {
 	if mount == "/" {
@@ -147,10 +154,17 @@ func within(name, mount string) (string, bool) {
 	return "", false
 }
 
-// errnoError makes a sys.Errno match the io/fs errors.
+// errnoError makes a sys.Errno match the io/fs errors and the host's
+// syscall.Errno of the same meaning (errors.Is(err, syscall.ENOSPC) for a
+// write past a quota), and reads as the host's message for it.
 type errnoError struct{ errno sys.Errno }
 
-func (e errnoError) Error() string { return e.errno.Error() }
+func (e errnoError) Error() string {
+	if h, ok := hostErrno(e.errno); ok {
+		return h.Error()
+	}
+	return e.errno.Error()
+}
 
 func (e errnoError) Is(target error) bool {
 	switch target {
@@ -166,8 +180,34 @@ func (e errnoError) Is(target error) bool {
 	return false
 }
 
-// Unwrap returns the errno.
-func (e errnoError) Unwrap() error { return e.errno }
+// Unwrap returns the errno and, where the host has one of the same
+// meaning, the host's syscall.Errno.
+func (e errnoError) Unwrap() []error {
+	if h, ok := hostErrno(e.errno); ok {
+		return []error{e.errno, h}
+	}
+	return []error{e.errno}
+}
+
+// hostErrnos maps the errnos a file operation of Files can fail with to the
+// host's. wasifs's own (ENOSPC, EMFILE, ENOMEM) are numbers wazero does not
+// know, which would otherwise read as "Errno(4147)" and match nothing.
+var hostErrnos = map[sys.Errno]syscall.Errno{
+	sys.EACCES: syscall.EACCES, sys.EAGAIN: syscall.EAGAIN, sys.EBADF: syscall.EBADF,
+	sys.EEXIST: syscall.EEXIST, sys.EFAULT: syscall.EFAULT, sys.EINTR: syscall.EINTR,
+	sys.EINVAL: syscall.EINVAL, sys.EIO: syscall.EIO, sys.EISDIR: syscall.EISDIR,
+	sys.ELOOP: syscall.ELOOP, sys.ENAMETOOLONG: syscall.ENAMETOOLONG, sys.ENOENT: syscall.ENOENT,
+	sys.ENOSYS: syscall.ENOSYS, sys.ENOTDIR: syscall.ENOTDIR, sys.ERANGE: syscall.ERANGE,
+	sys.ENOTEMPTY: syscall.ENOTEMPTY, sys.ENOTSUP: syscall.ENOTSUP, sys.EPERM: syscall.EPERM,
+	sys.EROFS:     syscall.EROFS,
+	wasifs.ENOSPC: syscall.ENOSPC, wasifs.EMFILE: syscall.EMFILE, wasifs.ENOMEM: syscall.ENOMEM,
+}
+
+// hostErrno returns the host's errno of the same meaning as e.
+func hostErrno(e sys.Errno) (syscall.Errno, bool) {
+	h, ok := hostErrnos[e]
+	return h, ok
+}
 
 func pathErr(op, name string, errno sys.Errno) error {
 	return &fs.PathError{Op: op, Path: name, Err: errnoError{errno}}
@@ -285,8 +325,13 @@ func (f *Files) readDir(name string, forms int) ([]fs.DirEntry, error) {
 		if d.Name == "." || d.Name == ".." || f.hidden(path.Join(clean, d.Name)) {
 			continue
 		}
-		st, errno := fsys.Lstat(path.Join(rel, d.Name))
-		if errno != 0 {
+		var st sysapi.Stat_t
+		if child := path.Join(clean, d.Name); f.mountPoint(child) {
+			// A mount point is the mount's root, as stat sees it.
+			if st, err = f.lstat(child); err != nil {
+				return nil, err
+			}
+		} else if st, errno = fsys.Lstat(path.Join(rel, d.Name)); errno != 0 {
 			return nil, pathErr("readdir", path.Join(name, d.Name), errno)
 		}
 		out = append(out, fs.FileInfoToDirEntry(fileInfo{name: d.Name, st: st}))
@@ -296,11 +341,17 @@ func (f *Files) readDir(name string, forms int) ([]fs.DirEntry, error) {
 }
 
 // WriteFile writes data to the file name (an absolute guest path),
-// creating it (but not its directory) or truncating it.
+// creating it (but not its directory) or truncating it. A write the
+// mount's quota cannot hold fails with an error matching syscall.ENOSPC
+// and changes nothing: no file is created, an existing one keeps its
+// content.
 func (f *Files) WriteFile(name string, data []byte) error {
 	fsys, rel, _, err := f.resolve("write", name, guestName)
 	if err != nil {
 		return err
+	}
+	if errno := fits(fsys, rel, int64(len(data))); errno != 0 {
+		return pathErr("write", name, errno)
 	}
 	h, errno := fsys.OpenFile(rel, sys.O_WRONLY|sys.O_CREAT|sys.O_TRUNC, 0o644)
 	if errno != 0 {
@@ -318,6 +369,32 @@ func (f *Files) WriteFile(name string, data []byte) error {
 		return pathErr("write", name, errno)
 	}
 	return nil
+}
+
+// fits checks, before anything changes, that the quota of fsys holds the
+// file rel with size bytes in place of what it holds now: ENOSPC if not.
+// Between runs nothing else writes the filesystem, so the check holds for
+// the write that follows (a volume shared with other sandboxes may still
+// fill meanwhile: then the write fails part way, as on a full disk).
+func fits(fsys *wasifs.FS, rel string, size int64) sys.Errno {
+	q := fsys.Quota()
+	if q.MaxBytes == 0 && q.MaxFiles == 0 {
+		return 0
+	}
+	used := fsys.Usage()
+	bytes, files := used.Bytes+size, used.Files+1
+	if st, errno := fsys.Stat(rel); errno == 0 {
+		if st.Mode.IsDir() {
+			return sys.EISDIR
+		}
+		bytes, files = bytes-st.Size, files-1
+	} else if errno != sys.ENOENT {
+		return errno
+	}
+	if (q.MaxBytes > 0 && bytes > q.MaxBytes && size > 0) || (q.MaxFiles > 0 && files > q.MaxFiles && files > used.Files) {
+		return wasifs.ENOSPC
+	}
+	return 0
 }
 
 // MkdirAll creates the directory name (an absolute guest path) and any

@@ -165,7 +165,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 			q = defaultRootQuota
 		}
 		root := afero.NewMemMapFs()
-		if err := makeRoot(root); err != nil {
+		if err := makeRoot(root, c.Mounts); err != nil {
 			return nil, err
 		}
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
@@ -288,9 +288,20 @@ func (s *Sandbox) mountQuotas() string {
 	return b.String()
 }
 
-// makeRoot gives a new in-memory root its directories.
-func makeRoot(root afero.Fs) error {
-	for _, dir := range []string{"/tmp", "/work"} {
+// makeRoot gives a new in-memory root its directories: /tmp, /work, and
+// the mount point of each mount that no other mount holds, so that the
+// guest's os.listdir("/"), the host's Files.ReadDir("/") and fs.WalkDir
+// show a mount at /data as a directory, as a mount point is on Linux.
+// (The guest reaches the mount itself by its path: the directory in the
+// root is only its name in the listing.)
+func makeRoot(root afero.Fs, mounts []Mount) error {
+	dirs := []string{"/tmp", "/work"}
+	for _, m := range mounts {
+		if !slices.ContainsFunc(mounts, func(o Mount) bool { _, in := within(m.Path, o.Path); return o.Path != m.Path && in }) {
+			dirs = append(dirs, m.Path)
+		}
+	}
+	for _, dir := range dirs {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}

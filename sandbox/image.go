@@ -486,11 +486,16 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 // in-memory filesystems at the same paths), deterministically, and keeps
 // its state at the driver's first read.
 func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseImage, error) {
-	var mounts []Mount
+	var mounts, others []Mount
+	for _, m := range layout {
+		if m.Path != "/" && m.Path != controlPath && m.Path != hostMountPath {
+			others = append(others, Mount{Path: m.Path})
+		}
+	}
 	for _, m := range layout {
 		fs := afero.NewMemMapFs()
 		if m.Path == "/" {
-			if err := makeRoot(fs); err != nil {
+			if err := makeRoot(fs, others); err != nil {
 				return nil, err
 			}
 		}
