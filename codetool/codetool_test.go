@@ -123,7 +123,7 @@ func TestLowerNeverRaises(t *testing.T) {
 	l, err := tool.Lower(sandbox.Limits{})
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.DefaultTimeout, l.Timeout)
-	assert.Equal(t, int64(sandbox.DefaultFuel), l.Fuel)
+	assert.Equal(t, int64(sandbox.DefaultTimeout/time.Second)*sandbox.DefaultFuelPerSecond, l.Fuel)
 	assert.Equal(t, sandbox.DefaultMaxOutput, l.MaxOutput)
 
 	req, err := codetool.CallLimits(1000, 5)
@@ -139,7 +139,7 @@ func TestLowerNeverRaises(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, req.Timeout, cfg.Timeout, "raised: the request was above the limit")
 	assert.Equal(t, sandbox.DefaultTimeout, cfg.Timeout)
-	assert.Equal(t, int64(sandbox.DefaultFuel), cfg.Fuel)
+	assert.Equal(t, int64(sandbox.DefaultTimeout/time.Second)*sandbox.DefaultFuelPerSecond, cfg.Fuel)
 
 	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {1 << 62, 0}} {
 		_, err := codetool.CallLimits(c[0], c[1])

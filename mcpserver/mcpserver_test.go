@@ -127,7 +127,7 @@ func TestCallLimitsNeverRaise(t *testing.T) {
 	c, err := srv.Config(9223372036854, 1_000_000_000_000_000_000)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, c.Limits.Timeout)
-	assert.Equal(t, int64(sandbox.DefaultFuel), c.Limits.Fuel, "no --fuel: the call is capped by the default")
+	assert.Equal(t, int64(sandbox.DefaultFuelPerSecond), c.Limits.Fuel, "no --fuel: the call is capped by the default of its 1 s")
 	assert.Equal(t, sandbox.DefaultMaxOutput, c.Limits.MaxOutput)
 	c, err = srv.Config(250, 1000)
 	require.NoError(t, err)

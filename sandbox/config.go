@@ -25,7 +25,8 @@ const (
 const maxMemory = 1 << 32
 
 // Limits bound a run. A zero field means the default (DefaultTimeout,
-// DefaultFuel, DefaultMemoryLimit, DefaultMaxOutput).
+// DefaultMemoryLimit, DefaultMaxOutput; for Fuel, DefaultFuelPerSecond of
+// the timeout, or DefaultFuel without one).
 //
 // A sandbox's or session's Limits (Config.Limits) are the most any of its
 // runs may use: a run's Limits (RunOptions.Limits) can only lower them, a
@@ -37,7 +38,9 @@ type Limits struct {
 	// are errors). Time the guest spends sleeping counts.
 	Timeout time.Duration
 	// Fuel is the run's CPU budget, in WebAssembly instructions executed;
-	// UnlimitedFuel lifts the bound.
+	// UnlimitedFuel lifts the bound. Unset, it is DefaultFuelPerSecond for
+	// each second of Timeout, so that a run given only a deadline stops
+	// at the deadline (context.DeadlineExceeded), not on fuel first.
 	Fuel int64
 	// Memory bounds the guest's linear memory in bytes, at most 4 GiB.
 	// Growing past it fails inside the guest (Python raises MemoryError).
@@ -67,7 +70,7 @@ func (l Limits) resolve() (Limits, error) {
 		l.Timeout = -1
 	}
 	if l.Fuel == 0 {
-		l.Fuel = DefaultFuel
+		l.Fuel = defaultFuel(l.Timeout)
 	}
 	if l.Memory == 0 {
 		l.Memory = DefaultMemoryLimit

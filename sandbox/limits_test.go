@@ -364,7 +364,8 @@ func TestRunLimitsOnlyLower(t *testing.T) {
 	assert.Len(t, res.Stdout, sandbox.DefaultMaxOutput)
 	eff, err := sandbox.Limits{}.Lower(sandbox.Limits{Timeout: time.Hour, Fuel: sandbox.UnlimitedFuel, Memory: 1 << 32, MaxOutput: 1 << 30})
 	require.NoError(t, err)
-	assert.Equal(t, sandbox.Limits{Timeout: sandbox.DefaultTimeout, Fuel: sandbox.DefaultFuel, Memory: sandbox.DefaultMemoryLimit, MaxOutput: sandbox.DefaultMaxOutput}, eff)
+	assert.Equal(t, sandbox.Limits{Timeout: sandbox.DefaultTimeout, Fuel: int64(sandbox.DefaultTimeout/time.Second) * sandbox.DefaultFuelPerSecond,
+		Memory: sandbox.DefaultMemoryLimit, MaxOutput: sandbox.DefaultMaxOutput}, eff)
 	eff, err = sandbox.Limits{Timeout: -1}.Lower(sandbox.Limits{Timeout: time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, eff.Timeout, "any timeout lowers none")
@@ -423,4 +424,38 @@ func TestLimitBeforeStartHasResult(t *testing.T) {
 	res, err = s.Exec(context.Background(), nil, "args")
 	require.ErrorIs(t, err, sandbox.ErrClosed)
 	assert.Nil(t, res)
+}
+
+// TestDeadlineOnlyGetsDeadline: a caller who sets only a deadline gets a
+// deadline error, not fuel exhausted first. The default fuel of a timeout
+// covers it with room for faster machines: `while True: pass`, the
+// fastest fuel burner known, uses under a third of it (measured over a
+// short run), and a run of it stops on its deadline.
+func TestDeadlineOnlyGetsDeadline(t *testing.T) {
+	ctx := context.Background()
+	for _, timeout := range []time.Duration{time.Millisecond, 5 * time.Second, time.Hour} {
+		// As a sandbox's ceiling, and as a run's request under the default one.
+		l, err := sandbox.Limits{Timeout: timeout}.Lower(sandbox.Limits{})
+		require.NoError(t, err)
+		assert.Equal(t, int64(max(timeout, time.Second)/time.Second)*sandbox.DefaultFuelPerSecond, l.Fuel, timeout)
+		l, err = sandbox.Limits{}.Lower(sandbox.Limits{Timeout: timeout})
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, l.Fuel, int64(l.Timeout/time.Second)*sandbox.DefaultFuelPerSecond, timeout)
+	}
+	l, err := sandbox.Limits{Timeout: -1}.Lower(sandbox.Limits{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(sandbox.DefaultFuel), l.Fuel, "no timeout: the fuel of last resort")
+	l, err = sandbox.Limits{Timeout: 1 << 62}.Lower(sandbox.Limits{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(sandbox.UnlimitedFuel), l.Fuel, "saturates")
+
+	py := sandboxtest.Python(t)
+	const timeout = 500 * time.Millisecond
+	res, err := py.Run(ctx, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: timeout}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, sandbox.StopDeadline, res.Stop)
+	perSecond := float64(res.FuelUsed) / res.Duration.Seconds()
+	t.Logf("while True: pass: %.3g fuel a second", perSecond)
+	assert.Less(t, 3*perSecond, float64(sandbox.DefaultFuelPerSecond),
+		"while True: pass burns %.3g fuel a second: the default per second must outlast it 3x", perSecond)
 }
