@@ -66,11 +66,18 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	}
 	assert.Equal(t, codetool.Instructions, codetool.InstructionsFor(codetool.NPMGuest, nil, nil))
 	tool := newTool(t, nil)
-	assert.Equal(t, codetool.InstructionsFor(info, nil, nil), tool.Instructions())
+	assert.True(t, strings.HasPrefix(tool.Instructions(), codetool.InstructionsFor(info, nil, nil)+" "), tool.Instructions())
 	assert.True(t, strings.HasSuffix(tool.Description(), " "+tool.Instructions()), tool.Description())
-	if py.Python().Guest == sandbox.GuestNPM {
-		assert.Equal(t, codetool.Description, tool.Description())
-	}
+	// The model is told the limits it has, with the tool's values.
+	assert.Contains(t, tool.Description(), "Limits of each run: 30s of wall time (timeout_ms can only shorten it), "+
+		"3 trillion of CPU (WebAssembly instructions; print(1) costs about 2 million), 256 MiB of memory (past it MemoryError) "+
+		"and 1 MiB of each of stdout and stderr (past it output is cut). A conversation with no call for 10m0s is closed and its state lost.")
+	tool = newTool(t, &codetool.Options{Limits: sandbox.Limits{Timeout: 1500 * time.Millisecond, Fuel: 5e9, Memory: 100 << 20,
+		MaxOutput: 1000}, IdleTimeout: -1})
+	assert.Contains(t, tool.Description(), "Limits of each run: 1.5s of wall time (timeout_ms can only shorten it), "+
+		"5 billion of CPU (WebAssembly instructions; print(1) costs about 2 million), 100 MiB of memory (past it MemoryError) "+
+		"and 1000 bytes of each of stdout and stderr (past it output is cut).")
+	assert.NotContains(t, tool.Description(), "no call for")
 
 	// Another guest, a network and mounts.
 	got := codetool.InstructionsFor(codetool.GuestInfo{Version: "3.13.5", Lacks: []string{"ctypes"}},

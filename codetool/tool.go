@@ -163,12 +163,14 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil),
+	return &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil) + " " + limitsText(l, o.IdleTimeout),
 		convs: map[string]*conv{}, expired: map[string]gone{}}, nil
 }
 
 // Instructions says what this tool's sandbox has and lacks, for a model:
-// InstructionsFor the tool's guest and network. Give it as the system
+// InstructionsFor the tool's guest and network, then the limits of each run
+// (wall time, CPU, memory, output) and of an idle conversation, so that a
+// model can plan its work within them. Give it as the system
 // prompt's part on the tool, or use Description, which holds it.
 func (t *Tool) Instructions() string { return t.instructions }
 
