@@ -1,6 +1,6 @@
 module github.com/fumehood/fumehood
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/google/jsonschema-go v0.4.3
@@ -18,7 +18,8 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/oauth2 v0.35.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
-	golang.org/x/sys v0.44.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/term v0.48.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )

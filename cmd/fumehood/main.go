@@ -59,8 +59,14 @@ const (
 const stackWords = "the guest ran out of stack (recursion too deep for its C stack)"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	ctx := context.Background()
+	if len(os.Args) < 2 || os.Args[1] != "repl" {
+		// An interrupt stops the command's run. The REPL takes its own,
+		// which stop the running code only (replInterrupts).
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt)
+		defer stop()
+	}
 	if len(os.Args) > 1 && shortLived[os.Args[1]] {
 		hugeHeap()
 	}
