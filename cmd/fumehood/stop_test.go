@@ -119,3 +119,25 @@ func runArgs(t *testing.T, mode string, args ...string) []string {
 	}
 	return append([]string{"run", "--stats"}, args...)
 }
+
+// TestRuntimeStackOverflowStatus: a program that runs the runtime's call
+// stack out in the interpreter's C code (hashing a million-deep tuple, a
+// million chained maps) exits with the stack's status, 119, and --stats
+// says stop "stack", for one-shot runs and sessions: it exited with 125, a
+// trap.
+func TestRuntimeStackOverflowStatus(t *testing.T) {
+	for _, mode := range []string{"one-shot", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			for _, prog := range []string{
+				"t = ()\nfor _ in range(10**6):\n    t = (t,)\nhash(t)\n",
+				"m = iter([1])\nfor _ in range(10**6):\n    m = map(abs, m)\nnext(m)\n",
+			} {
+				code, _, errs := fumehood(t, "", runArgs(t, mode, "-c", prog)...)
+				assert.Equal(t, exitStack, code, "%q: %s", prog, errs)
+				s := statsLine(t, errs)
+				assert.Equal(t, "stack", s.Stop, prog)
+				assert.Contains(t, errs, "fumehood: "+stackWords, prog)
+			}
+		})
+	}
+}
