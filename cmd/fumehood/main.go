@@ -19,7 +19,8 @@
 //	fumehood guest export FILE               write the built guest to one file
 //	fumehood guest import FILE               verify and install a file guest export wrote
 //
-// Exit status: the guest's own exit status when it exits; when a limit
+// Exit status: the guest's own exit status when it exits (0-255, as
+// python's own: sys.exit(-1) and sys.exit(2**70) exit with 255); when a limit
 // stopped the run, a status of its own (stderr names the limit in words):
 //
 //	119  the guest ran out of stack (recursion too deep for it)
