@@ -107,7 +107,9 @@ func Volume(dir string) (afero.Fs, error) {
 // The directory stays open for as long as the returned Fs is reachable;
 // mount it in as many sandboxes as needed, and close it (it is an
 // io.Closer) when none uses it any more, or leave that to the garbage
-// collector.
+// collector. Mounted with a quota, the directory's count (see Quota) also
+// holds it open, until neither the Fs nor a sandbox mounting it is
+// reachable.
 //
 // Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
 // only while nothing but the sandbox changes the directory.
