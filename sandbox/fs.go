@@ -66,6 +66,16 @@ type Mount struct {
 
 // Quota bounds what a guest may store in a writable filesystem. A change
 // past it fails with ENOSPC (Python's OSError). A zero field sets no bound.
+//
+// The quota of a host directory (HostDir, Volume) bounds what the directory
+// holds in all: every mount of it with a quota, in every sandbox and
+// session of the process, shares one count, made by a walk when the first
+// of them starts and kept up to date by all of their changes, so that
+// sandboxes sharing a volume cannot together store more than its quota and
+// a start costs no walk. Changes other programs make to the directory are
+// seen when a change is refused (at most every 10 seconds). Other file
+// systems are counted per mount, from what they hold when the sandbox
+// starts.
 type Quota struct {
 	// MaxBytes is the most bytes the regular files may hold in total
 	// (their sizes, holes included).
@@ -97,7 +107,9 @@ func Volume(dir string) (afero.Fs, error) {
 // The directory stays open for as long as the returned Fs is reachable;
 // mount it in as many sandboxes as needed, and close it (it is an
 // io.Closer) when none uses it any more, or leave that to the garbage
-// collector.
+// collector. Mounted with a quota, the directory's count (see Quota) also
+// holds it open, until neither the Fs nor a sandbox mounting it is
+// reachable.
 //
 // Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
 // only while nothing but the sandbox changes the directory.
