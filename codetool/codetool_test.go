@@ -165,7 +165,7 @@ func TestResultText(t *testing.T) {
 		Truncated: []string{"stdout"}, Notes: []string{"n1"}}
 	assert.Equal(t, "stdout:\nhi\nvalue: 42\nexception: ValueError: bad\ntraceback:\nTraceback...\nValueError: bad\n"+
 		"files:\n  /work/a.png (3 bytes, image/png, attached)\n  /work/b.csv (9 bytes)\n"+
-		"(cut: stdout went past the output limit, and the rest was dropped; print less, or write it to a file under /work and read parts of it)\n"+
+		"(cut: stdout went past the output limit, and part of it was dropped; print less, or write it to a file under /work and read parts of it)\n"+
 		"note: n1\n", r.Text())
 	assert.Len(t, r.Images(), 1)
 	assert.True(t, r.Images()[0].IsRaster())

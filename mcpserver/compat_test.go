@@ -172,7 +172,7 @@ func TestLargePrintSentOnce(t *testing.T) {
 	assert.Greater(t, len(b), sandbox.DefaultMaxOutput)
 	assert.Less(t, len(b), sandbox.DefaultMaxOutput+4096)
 	assert.Equal(t, []string{"stdout"}, out.Truncated)
-	assert.Contains(t, text(res), "(cut: stdout went past the output limit of 1048576 bytes, and the rest was dropped;")
+	assert.Contains(t, text(res), "(cut: stdout went past the output limit of 1048576 bytes, and part of it was dropped;")
 	sc, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
 	assert.Less(t, len(sc), 200, string(sc))

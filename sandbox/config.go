@@ -47,8 +47,11 @@ type Limits struct {
 	Memory int64
 	// MaxOutput bounds how many bytes of each of stdout and stderr are
 	// kept, and of each text of a session run's value and exception. Past
-	// it output is dropped and the Result says so, or, with
-	// RunOptions.StopAtOutputLimit, the run is stopped with ErrOutputLimit.
+	// it the middle of the output is dropped: the Result keeps its start,
+	// a line "[... N bytes dropped ...]" and its last quarter (the end of
+	// a program's output is often what matters: its result, its error),
+	// and says so; or, with RunOptions.StopAtOutputLimit, the run is
+	// stopped with ErrOutputLimit.
 	MaxOutput int
 }
 
@@ -168,7 +171,9 @@ type RunOptions struct {
 	// that the deadline can interrupt the guest.
 	Stdin io.Reader
 	// Stdout and Stderr, if set, receive the guest's output as it is
-	// written: exactly the bytes the Result keeps.
+	// written: all of it (the Result keeps at most Limits.MaxOutput bytes
+	// of each), or with StopAtOutputLimit, what was written before the
+	// run stopped.
 	Stdout, Stderr io.Writer
 	// Limits can only lower the Config's (see Limits.Lower).
 	Limits Limits
@@ -179,7 +184,7 @@ type RunOptions struct {
 	Refill func(used int64) (more int64)
 	// StopAtOutputLimit stops the run with ErrOutputLimit when it writes
 	// more than Limits.MaxOutput bytes to stdout or stderr, instead of
-	// dropping the rest.
+	// dropping the middle.
 	StopAtOutputLimit bool
 }
 

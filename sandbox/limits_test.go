@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"runtime"
@@ -458,4 +459,25 @@ func TestDeadlineOnlyGetsDeadline(t *testing.T) {
 	t.Logf("while True: pass: %.3g fuel a second", perSecond)
 	assert.Less(t, 3*perSecond, float64(sandbox.DefaultFuelPerSecond),
 		"while True: pass burns %.3g fuel a second: the default per second must outlast it 3x", perSecond)
+}
+
+// TestOutputPastLimitKeepsStartAndEnd: a run that prints past MaxOutput
+// is not stopped; its Result keeps the start, the count of bytes dropped
+// and the end (where the answer usually is), within MaxOutput, and the
+// stream the caller passed gets every byte.
+func TestOutputPastLimitKeepsStartAndEnd(t *testing.T) {
+	var stream bytes.Buffer
+	res, err := sandboxtest.Python(t).Run(context.Background(),
+		"for i in range(200_000): print(f'line {i}')\nprint('the answer is 42')",
+		&sandbox.RunOptions{Stdout: &stream, Limits: sandbox.Limits{MaxOutput: 64 << 10}})
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.StopExit, res.Stop)
+	assert.True(t, res.StdoutTruncated)
+	assert.LessOrEqual(t, len(res.Stdout), 64<<10)
+	out := string(res.Stdout)
+	assert.True(t, strings.HasPrefix(out, "line 0\nline 1\n"), out[:20])
+	assert.True(t, strings.HasSuffix(out, "line 199999\nthe answer is 42\n"))
+	assert.Regexp(t, `\n\[\.\.\. [0-9]+ bytes dropped \.\.\.\]\n`, out)
+	assert.Equal(t, res.StdoutBytes, int64(stream.Len()), "the stream gets all of it")
+	assert.True(t, strings.HasSuffix(stream.String(), "the answer is 42\n"))
 }

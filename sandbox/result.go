@@ -13,7 +13,10 @@ import (
 type Result struct {
 	// Stdout and Stderr hold the captured output, at most MaxOutput bytes each.
 	Stdout, Stderr []byte
-	// StdoutTruncated and StderrTruncated report output dropped past MaxOutput.
+	// StdoutTruncated and StderrTruncated report output dropped past
+	// MaxOutput: the text holds the start, a line "[... N bytes dropped
+	// ...]" and the end (or, with StopAtOutputLimit, what came before the
+	// stop).
 	StdoutTruncated, StderrTruncated bool
 	// StdoutBytes and StderrBytes count everything the guest wrote, kept or not.
 	StdoutBytes, StderrBytes int64

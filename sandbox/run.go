@@ -187,8 +187,8 @@ func (r *run) stopped() bool {
 func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
 	r.cancel()
 	res := &Result{
-		Stdout: r.stdout.buf.Bytes(), StdoutTruncated: r.stdout.truncated, StdoutBytes: r.stdout.total,
-		Stderr: r.stderr.buf.Bytes(), StderrTruncated: r.stderr.truncated, StderrBytes: r.stderr.total,
+		Stdout: r.stdout.bytes(), StdoutTruncated: r.stdout.truncated, StdoutBytes: r.stdout.total,
+		Stderr: r.stderr.bytes(), StderrTruncated: r.stderr.truncated, StderrBytes: r.stderr.total,
 		FuelUsed:   r.state.fuelUsed(),
 		PeakMemory: mem.peak, MemoryLimitHit: mem.hit,
 	}

@@ -450,3 +450,14 @@ func TestRunWithNumpy(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, "20 (5,)\n", out)
 }
+
+// TestRunPassesAllOutput: the CLI passes a 2 MB print on whole, as python
+// does, instead of stopping at the sandbox's 1 MiB; --max-output still
+// stops a run that writes more.
+func TestRunPassesAllOutput(t *testing.T) {
+	code, out, errs := fumehood(t, "", "run", "-c", "print('x' * 2_000_000); print('end')")
+	assert.Equal(t, 0, code, errs)
+	assert.Equal(t, strings.Repeat("x", 2_000_000)+"\nend\n", out)
+	code, _, errs = fumehood(t, "", "run", "--max-output", "1MiB", "-c", "print('x' * 2_000_000)")
+	assert.Equal(t, exitOutput, code, errs)
+}
