@@ -2,6 +2,7 @@ package codetool
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -91,7 +92,7 @@ func (w *Watch) Changed() ([]File, error) {
 		name, _ := Clip(path.Join("/", p), 1024)
 		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
 		if f.MediaType != "" && f.Size <= int64(w.maxImage) && images < maxImages {
-			if data, rerr := fs.ReadFile(w.fsys, p); rerr == nil && len(data) <= w.maxImage {
+			if data, rerr := readAtMost(w.fsys, p, w.maxImage); rerr == nil {
 				f.Data = data
 				images++
 			}
@@ -99,4 +100,26 @@ func (w *Watch) Changed() ([]File, error) {
 		files = append(files, f)
 	}
 	return files, err
+}
+
+// errTooLarge reports a file longer than readAtMost takes.
+var errTooLarge = errors.New("file too large")
+
+// readAtMost reads the file name of fsys if it holds at most n bytes, and
+// holds no more than that while reading: a file listed small may have grown
+// since (a read-write mount is shared with other sandboxes).
+func readAtMost(fsys fs.FS, name string, n int) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > n {
+		return nil, errTooLarge
+	}
+	return data, nil
 }

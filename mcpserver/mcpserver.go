@@ -739,11 +739,17 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 	files := ss.s.Files()
 	switch in.Op {
 	case "read":
-		data, err := files.ReadFile(in.Path)
+		// Only what can be sent is read: a guest can write a sparse file
+		// as large as its quota.
+		fi, err := files.Stat(in.Path)
 		if err != nil {
 			return nil, filesOutput{}, err
 		}
-		return s.readResult(in.Path, data)
+		data, _, err := files.ReadFileLimit(in.Path, int64(s.opts.Limits.MaxOutput+utf8.UTFMax))
+		if err != nil {
+			return nil, filesOutput{}, err
+		}
+		return s.readResult(in.Path, fi.Size(), data)
 	case "write":
 		content := []byte(in.Content)
 		switch in.Encoding {
@@ -781,9 +787,10 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 
 // readResult sends a file's content once, in the content blocks: text as
 // text, an image as image content, other bytes as base64 text; each at
-// most MaxOutput bytes as sent, and a note block when it was cut.
-func (s *Server) readResult(name string, data []byte) (*mcp.CallToolResult, filesOutput, error) {
-	size := int64(len(data))
+// most MaxOutput bytes as sent, and a note block when it was cut. data is
+// the start of the file, size bytes long: all of it, or at least
+// MaxOutput + utf8.UTFMax bytes of it.
+func (s *Server) readResult(name string, size int64, data []byte) (*mcp.CallToolResult, filesOutput, error) {
 	out := filesOutput{Size: &size, Encoding: "utf-8"}
 	limit := s.opts.Limits.MaxOutput
 	var block mcp.Content
