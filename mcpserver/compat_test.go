@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -290,6 +291,7 @@ func TestReadOfAHugeSparseFile(t *testing.T) {
 	py := sandboxtest.PythonSessions(t)
 	vol, err := sandbox.HostDir(t.TempDir())
 	require.NoError(t, err)
+	t.Cleanup(func() { vol.(io.Closer).Close() })
 	const limit = 64 << 10
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit},
 		Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 10}}}})

@@ -217,7 +217,8 @@ func (v ioFS) Open(name string) (fs.File, error) {
 }
 
 // ReadFile returns the content of the file name (an absolute guest path,
-// such as "/work/out.txt").
+// such as "/work/out.txt"), all of it: a file the guest wrote can be as
+// large as its quota; ReadFileLimit reads only its start.
 func (f *Files) ReadFile(name string) ([]byte, error) {
 	data, _, err := f.readFile(name, guestName, math.MaxInt64)
 	return data, err
