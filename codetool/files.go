@@ -105,20 +105,39 @@ func (w *Watch) Changed() ([]File, error) {
 }
 
 // read returns the file's content if whole (at most the watch's image
-// size), else its first sniffLen bytes; nil if it cannot be read.
+// size, else nil), or its first sniffLen bytes; nil if it cannot be read.
 func (w *Watch) read(name string, whole bool) []byte {
+	if whole {
+		data, _ := readAtMost(w.fsys, name, w.maxImage)
+		return data
+	}
 	f, err := w.fsys.Open(name)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	n := int64(sniffLen)
-	if whole {
-		n = int64(w.maxImage) + 1
-	}
-	data, err := io.ReadAll(io.LimitReader(f, n))
-	if err != nil || (whole && len(data) > w.maxImage) {
-		return nil
-	}
+	data, _ := io.ReadAll(io.LimitReader(f, sniffLen))
 	return data
+}
+
+// errTooLarge reports a file longer than readAtMost takes.
+var errTooLarge = errors.New("file too large")
+
+// readAtMost reads the file name of fsys if it holds at most n bytes, and
+// holds no more than that while reading: a file listed small may have grown
+// since (a read-write mount is shared with other sandboxes).
+func readAtMost(fsys fs.FS, name string, n int) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > n {
+		return nil, errTooLarge
+	}
+	return data, nil
 }

@@ -14,14 +14,15 @@
 //
 // Clients are untrusted. A call only lowers the server's limits; runs,
 // sessions and guest memory are bounded over all clients together
-// (Options.MaxRuns, MaxSessions, MemoryBudget); every text of a result is
-// cut to Options.MaxOutput. A session belongs to the MCP session (the
-// SDK's ServerSession) that made it: other clients cannot see it, and it
-// is closed when its MCP session ends. Over streamable HTTP, set
-// mcp.StreamableHTTPOptions.SessionTimeout so that the MCP sessions of
-// clients that vanish end too; in the SDK's stateless HTTP mode every
-// request is an MCP session of its own, so a session ends with the call
-// that made it.
+// (Options.MaxRuns, MaxSessions, MemoryBudget), and so are the MCP
+// sessions held (MaxClients); every text of a result is cut to
+// Options.MaxOutput. A session belongs to the MCP session (the SDK's
+// ServerSession) that made it: other clients cannot see it, and it is
+// closed when its MCP session ends. Serve streamable HTTP with
+// Server.HTTPHandler, whose MCP sessions end after Options.IdleTimeout
+// without a request, so that those of clients that vanish end too; in the
+// SDK's stateless HTTP mode every request is an MCP session of its own,
+// so a session ends with the call that made it.
 package mcpserver
 
 import (
@@ -43,6 +44,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -95,9 +97,27 @@ type Options struct {
 	// MaxRuns reach first: run_python stays possible with every session
 	// open.
 	MemoryBudget int64
+	// MaxClients bounds the MCP sessions (clients, over streamable HTTP:
+	// each Mcp-Session-Id) the server holds at once, over every transport;
+	// 0 means 256. An idle one holds about 20 KB of host memory. Past it, a
+	// new client evicts the least recently used MCP session that has no
+	// request in progress, preferring one that owns no session, and is
+	// refused when each has a request in progress. An evicted MCP session
+	// ends as one idle past IdleTimeout does: its sessions are closed.
+	MaxClients int
+	// IdleTimeout ends an MCP session of HTTPHandler after this long
+	// without a request, and closes its sessions; 0 means 30 minutes and a
+	// negative value never.
+	IdleTimeout time.Duration
 	// Name and Version identify the server to clients.
 	Name, Version string
 }
+
+// The defaults of Options.MaxClients and Options.IdleTimeout.
+const (
+	DefaultMaxClients  = 256
+	DefaultIdleTimeout = 30 * time.Minute
+)
 
 // Server holds the compiled guest and the open sessions.
 type Server struct {
@@ -106,8 +126,9 @@ type Server struct {
 	mcp          *mcp.Server
 	instructions string // codetool.InstructionsFor the guest, network and mounts
 
-	runs  chan struct{} // a slot per run that may execute at once
-	onRun func(running int)
+	runs    chan struct{} // a slot per run that may execute at once
+	onRun   func(running int)
+	clients *clients // the MCP sessions held
 
 	mu        sync.Mutex
 	closed    bool
@@ -144,16 +165,24 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{py: py, opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
-		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
-		instructions: codetool.InstructionsFor(info, o.Network, o.Mounts)}
-	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
-		Instructions: s.instructions + " " + toolsNote,
-	})
+	s := newServer(o, codetool.InstructionsFor(info, o.Network, o.Mounts))
+	s.py = py
 	if err := s.addTools(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newServer returns a server with no tools, its options resolved.
+func newServer(o Options, instructions string) *Server {
+	s := &Server{opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
+		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
+		instructions: instructions, clients: newClients(o.MaxClients)}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
+		Instructions: s.instructions + " " + toolsNote,
+	})
+	s.mcp.AddReceivingMiddleware(s.middleware)
+	return s
 }
 
 // toolsNote ends the server's instructions: how its tools differ.
@@ -167,6 +196,8 @@ func (o *Options) resolve() error {
 		return fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
 	case o.MaxRuns < 0 || o.MaxRuns > 1<<20:
 		return fmt.Errorf("mcpserver: MaxRuns %d is outside 0 to 2^20", o.MaxRuns)
+	case o.MaxClients < 0 || o.MaxClients > 1<<20:
+		return fmt.Errorf("mcpserver: MaxClients %d is outside 0 to 2^20", o.MaxClients)
 	case o.MemoryBudget < 0:
 		return fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
 	}
@@ -178,6 +209,12 @@ func (o *Options) resolve() error {
 	o.Limits = l
 	if o.MaxSessions == 0 {
 		o.MaxSessions = 16
+	}
+	if o.MaxClients == 0 {
+		o.MaxClients = DefaultMaxClients
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.MaxRuns == 0 {
 		o.MaxRuns = max(2, runtime.GOMAXPROCS(0))
@@ -739,11 +776,17 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 	files := ss.s.Files()
 	switch in.Op {
 	case "read":
-		data, err := files.ReadFile(in.Path)
+		// Only what can be sent is read: a guest can write a sparse file
+		// as large as its quota.
+		fi, err := files.Stat(in.Path)
 		if err != nil {
 			return nil, filesOutput{}, err
 		}
-		return s.readResult(in.Path, data)
+		data, _, err := files.ReadFileLimit(in.Path, int64(s.opts.Limits.MaxOutput+utf8.UTFMax))
+		if err != nil {
+			return nil, filesOutput{}, err
+		}
+		return s.readResult(in.Path, fi.Size(), data)
 	case "write":
 		content := []byte(in.Content)
 		switch in.Encoding {
@@ -781,9 +824,10 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 
 // readResult sends a file's content once, in the content blocks: text as
 // text, an image as image content, other bytes as base64 text; each at
-// most MaxOutput bytes as sent, and a note block when it was cut.
-func (s *Server) readResult(name string, data []byte) (*mcp.CallToolResult, filesOutput, error) {
-	size := int64(len(data))
+// most MaxOutput bytes as sent, and a note block when it was cut. data is
+// the start of the file, size bytes long: all of it, or at least
+// MaxOutput + utf8.UTFMax bytes of it.
+func (s *Server) readResult(name string, size int64, data []byte) (*mcp.CallToolResult, filesOutput, error) {
 	out := filesOutput{Size: &size, Encoding: "utf-8"}
 	limit := s.opts.Limits.MaxOutput
 	var block mcp.Content

@@ -58,6 +58,40 @@ func TestStreamableHTTP(t *testing.T) {
 	assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "the most this server allows")
 }
 
+// TestEvictedClientsSessionsClosed: a client whose MCP session is evicted
+// to make room past MaxClients loses its sessions, as one idle past
+// IdleTimeout does, and their memory is released.
+func TestEvictedClientsSessionsClosed(t *testing.T) {
+	py := sandboxtest.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxClients: 1})
+	require.NoError(t, err)
+	defer srv.Close()
+	hs := httptest.NewServer(srv.HTTPHandler())
+	t.Cleanup(hs.Close)
+	dial := func() *mcp.ClientSession { return dialHTTP(t, hs.URL) }
+	first := dial()
+	create(t, first)
+	require.Equal(t, 1, srv.OpenSessions())
+
+	second := dial()
+	require.Eventually(t, func() bool { return srv.OpenSessions() == 0 }, 30*time.Second, 10*time.Millisecond,
+		"the evicted client's session is closed")
+	_, err = first.ListTools(context.Background(), nil)
+	assert.Error(t, err)
+	create(t, second)
+}
+
+// dialHTTP connects a client to the streamable HTTP server at url, and
+// closes it at the end of the test.
+func dialHTTP(t *testing.T, url string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
 // connect connects a client to srv over the SDK's in-memory transports.
 func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
 	t.Helper()
@@ -316,13 +350,7 @@ func TestClientsOwnTheirSessions(t *testing.T) {
 	defer srv.Close()
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil))
 	t.Cleanup(hs.Close) // after the clients' Close: cleanups run last first
-	dial := func() *mcp.ClientSession {
-		client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
-		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { cs.Close() })
-		return cs
-	}
+	dial := func() *mcp.ClientSession { return dialHTTP(t, hs.URL) }
 	alice, mallory := dial(), dial()
 	value := func(cs *mcp.ClientSession, id, code string) string {
 		t.Helper()

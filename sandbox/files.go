@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 	"slices"
 	"sort"
@@ -79,7 +80,10 @@ var (
 )
 
 // ReadFile returns the content of the file name (an io/fs name).
-func (v ioFS) ReadFile(name string) ([]byte, error) { return v.f.readFile(name, ioName) }
+func (v ioFS) ReadFile(name string) ([]byte, error) {
+	data, _, err := v.f.readFile(name, ioName, math.MaxInt64)
+	return data, err
+}
 
 // Stat describes the file name (an io/fs name), following symbolic links.
 func (v ioFS) Stat(name string) (fs.FileInfo, error) { return v.f.stat(name, ioName) }
@@ -253,38 +257,86 @@ func (v ioFS) Open(name string) (fs.File, error) {
 }
 
 // ReadFile returns the content of the file name (an absolute guest path,
-// such as "/work/out.txt").
-func (f *Files) ReadFile(name string) ([]byte, error) { return f.readFile(name, guestName) }
+// such as "/work/out.txt"), all of it: a file the guest wrote can be as
+// large as its quota; ReadFileLimit reads only its start.
+func (f *Files) ReadFile(name string) ([]byte, error) {
+	data, _, err := f.readFile(name, guestName, math.MaxInt64)
+	return data, err
+}
 
-func (f *Files) readFile(name string, forms int) ([]byte, error) {
+// ReadFileLimit returns the start of the file name (an absolute guest
+// path), at most n bytes of it, and whether the file holds more: a
+// ReadFile for content that will be cut anyway, such as what a model or a
+// log is shown of a file.
+//
+//	head, more, err := files.ReadFileLimit("/work/out.csv", 64<<10)
+//
+// It holds no more than the bytes it returns, whatever the file's size:
+// a guest can write a sparse file as large as its quota (a hole counts
+// only as its size) that ReadFile would read whole. A negative n fails
+// with fs.ErrInvalid.
+func (f *Files) ReadFileLimit(name string, n int64) (data []byte, more bool, err error) {
+	if n < 0 {
+		return nil, false, &fs.PathError{Op: "read", Path: name, Err: fs.ErrInvalid}
+	}
+	return f.readFile(name, guestName, n)
+}
+
+// readFile reads at most limit bytes of the file name, and reports
+// whether it holds more. The file's size only sizes the first buffer:
+// what is read decides, so a file that grows or lies about its size costs
+// no more than limit.
+func (f *Files) readFile(name string, forms int, limit int64) ([]byte, bool, error) {
 	fsys, rel, _, err := f.resolve("read", name, forms)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	h, errno := fsys.OpenFile(rel, sys.O_RDONLY, 0)
 	if errno != 0 {
-		return nil, pathErr("read", name, errno)
+		return nil, false, pathErr("read", name, errno)
 	}
 	defer h.Close()
 	if dir, _ := h.IsDir(); dir {
-		return nil, pathErr("read", name, sys.EISDIR)
+		return nil, false, pathErr("read", name, sys.EISDIR)
 	}
-	var out []byte
-	buf := make([]byte, 64<<10)
+	var size int64
+	if st, errno := h.Stat(); errno == 0 {
+		size = max(st.Size, 0)
+	}
+	out := make([]byte, 0, min(size, limit, maxSizeHint))
+	var one [1]byte
 	for {
+		var buf []byte
+		if len(out) < cap(out) {
+			buf = out[len(out):cap(out)]
+		} else {
+			// Full: one byte tells the end of the file from more of it,
+			// without growing the buffer for nothing.
+			buf = one[:]
+		}
 		n, errno := h.Read(buf)
 		if errno != 0 {
-			return nil, pathErr("read", name, errno)
+			return nil, false, pathErr("read", name, errno)
 		}
-		if n == 0 {
-			if out == nil {
-				out = []byte{}
+		switch {
+		case n == 0:
+			return out, false, nil
+		case len(buf) == len(one) && len(out) == cap(out):
+			if int64(len(out)) >= limit {
+				return out, true, nil
 			}
-			return out, nil
+			grown := make([]byte, len(out), min(limit, int64(max(2*cap(out), 4096))))
+			copy(grown, out)
+			out = append(grown, one[0])
+		default:
+			out = out[:len(out)+n]
 		}
-		out = append(out, buf[:n]...)
 	}
 }
+
+// maxSizeHint bounds the first buffer of a read sized by the file's
+// reported size; a larger file grows it as it is read.
+const maxSizeHint = 64 << 20
 
 // Stat describes the file name (an absolute guest path), following
 // symbolic links.
