@@ -100,6 +100,11 @@ func (s *Session) capture() (*snapshot.Snapshot, error) {
 			snap.Pages = append(snap.Pages, snapshot.Page{Index: uint32(i), Data: p})
 		}
 	}
+	// Snapshot encodes the pages after the lock is released, while the
+	// next run's checkpoint may be taken: from now on they are shared, as
+	// with a fork, and a checkpoint replaces a page it changes with a copy
+	// instead of writing it in place.
+	s.ckpt.share()
 	if s.root != nil {
 		files, err := readTree(s.root, 0)
 		if err != nil {
