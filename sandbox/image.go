@@ -80,10 +80,11 @@ func sparsePages(mem []byte) [][]byte {
 var zeroPage = make([]byte, pageSize)
 
 // checkpoint is a session's state between runs, kept as the pages that
-// differ from the base image. A page shared with a fork, a snapshot being
-// encoded (share) or a snapshot decoder's buffer is never written: an
-// update replaces it with a copy, so forks share what neither changed. Pages the checkpoint allocated
-// itself since it was last cloned (owned) are updated in place.
+// differ from the base image. A page shared with a fork or a snapshot
+// being encoded (share), or unpacked from hibernation, is never written:
+// an update replaces it with a copy, so forks share what neither changed.
+// Pages the checkpoint allocated itself (or a resume decoded into it)
+// since it was last shared (owned) are updated in place.
 type checkpoint struct {
 	size    uint64   // memory size in bytes
 	pages   [][]byte // nil where the page equals the base image's
