@@ -225,15 +225,16 @@ func Encode(w io.Writer, s *Snapshot) error {
 	if len(header) > MaxHeader || countValues(header) > MaxHeaderValues {
 		return fmt.Errorf("snapshot: %w: a header of %d bytes (at most %d) or more than %d values", ErrLimit, len(header), MaxHeader, MaxHeaderValues)
 	}
-	var body bytes.Buffer
-	enc, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
+	// The body's length comes before it and the checksum covers both, so
+	// the body is compressed twice, first only to count its bytes: it is
+	// never held (a full session's is hundreds of MB). s must not change
+	// meanwhile; the checksum is of the bytes written.
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
 	if err != nil {
 		return err
 	}
-	if err := encodeBody(enc, s); err != nil {
-		return err
-	}
-	if err := enc.Close(); err != nil {
+	var count countingWriter
+	if err := compressBody(enc, &count, s); err != nil {
 		return err
 	}
 	h := sha256.New()
@@ -256,15 +257,46 @@ func Encode(w io.Writer, s *Snapshot) error {
 	if _, err := out.Write(header); err != nil {
 		return err
 	}
-	binary.LittleEndian.PutUint64(buf[:], uint64(body.Len()))
+	binary.LittleEndian.PutUint64(buf[:], uint64(count.n))
 	if _, err := out.Write(buf[:]); err != nil {
 		return err
 	}
-	if _, err := out.Write(body.Bytes()); err != nil {
+	body := countingWriter{w: out}
+	if err := compressBody(enc, &body, s); err != nil {
 		return err
+	}
+	if body.n != count.n {
+		return fmt.Errorf("snapshot: the body changed while it was encoded (%d bytes, then %d)", count.n, body.n)
 	}
 	_, err = w.Write(h.Sum(nil))
 	return err
+}
+
+// compressBody writes the body, compressed with enc, to w: the same
+// bytes every time for the same snapshot.
+func compressBody(enc *zstd.Encoder, w io.Writer, s *Snapshot) error {
+	enc.Reset(w)
+	if err := encodeBody(enc, s); err != nil {
+		enc.Close()
+		return err
+	}
+	return enc.Close()
+}
+
+// countingWriter counts the bytes written to w (none: only counts).
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	var err error
+	if c.w != nil {
+		n, err = c.w.Write(p)
+	}
+	c.n += int64(n)
+	return n, err
 }
 
 // encodeBody writes the pages and the files:

@@ -395,8 +395,10 @@ func (d *discard) File(_ File, data io.Reader, _ int64) error {
 
 // Stream holds neither the encoded body nor the decoded snapshot: what it
 // allocates for 24 MiB of pages and a 16 MiB file that do not compress is
-// a few MiB (the decompressor's window and buffers), whatever the size.
-// Decode used to read the whole body into memory before decoding it.
+// a few MiB (the decompressor's window and buffers), whatever the size,
+// and Encode's about twice that (the compressor's).
+// Decode used to read the whole body into memory before decoding it, and
+// Encode to compress it into memory before writing it: neither does.
 func TestStreamHoldsNoCopy(t *testing.T) {
 	s := sample()
 	s.Header.MemorySize = 32 << 20
@@ -413,11 +415,15 @@ func TestStreamHoldsNoCopy(t *testing.T) {
 		s.Pages = append(s.Pages, Page{Index: uint32(i), Data: random(PageSize)})
 	}
 	s.Files[len(s.Files)-1].Data = random(16 << 20)
+	var err error
+	n := allocated(func() { err = Encode(io.Discard, s) })
+	require.NoError(t, err)
+	t.Logf("%d bytes allocated to encode it", n)
+	assert.Less(t, n, uint64(16<<20), "the compressor's window and buffers, not the body")
 	data := encode(t, s)
 	lim := Limits{MaxSize: 64 << 20, MaxMemory: 32 << 20, MaxFileBytes: 32 << 20, MaxFiles: 100}
 	var d discard
-	var err error
-	n := allocated(func() { err = Stream(bytes.NewReader(data), lim, &d) })
+	n = allocated(func() { err = Stream(bytes.NewReader(data), lim, &d) })
 	require.NoError(t, err)
 	assert.Equal(t, len(s.Pages), d.pages)
 	assert.Equal(t, len(s.Files), d.files)
