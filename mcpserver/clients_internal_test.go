@@ -18,7 +18,8 @@ import (
 // returns when release is closed, after telling entered.
 func bareServer(t *testing.T, o Options) (s *Server, entered chan struct{}, release chan struct{}) {
 	t.Helper()
-	require.NoError(t, o.resolve())
+	_, err := o.resolve()
+	require.NoError(t, err)
 	s = newServer(o, "test")
 	entered, release = make(chan struct{}, 16), make(chan struct{})
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "wait"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, struct{}, error) {
@@ -208,14 +209,17 @@ func TestIdleClientEnded(t *testing.T) {
 // TestClientOptions: the defaults, and the bounds refused.
 func TestClientOptions(t *testing.T) {
 	var o Options
-	require.NoError(t, o.resolve())
+	_, err := o.resolve()
+	require.NoError(t, err)
 	assert.Equal(t, DefaultMaxClients, o.MaxClients)
 	assert.Equal(t, DefaultIdleTimeout, o.IdleTimeout)
 	o = Options{IdleTimeout: -1}
-	require.NoError(t, o.resolve())
+	_, err = o.resolve()
+	require.NoError(t, err)
 	assert.Negative(t, o.IdleTimeout, "never")
 	for _, n := range []int{-1, 1<<20 + 1} {
 		o = Options{MaxClients: n}
-		assert.Error(t, o.resolve(), "%d", n)
+		_, err := o.resolve()
+		assert.Error(t, err, "%d", n)
 	}
 }

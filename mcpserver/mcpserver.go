@@ -88,12 +88,14 @@ type Options struct {
 	// execute at once, over all clients; 0 means GOMAXPROCS, at least 2. A
 	// call past it waits for a run to end, or for its own context to end.
 	MaxRuns int
-	// MemoryBudget bounds the guest memory of the whole server: every open
-	// session and every run_python in progress holds Limits.Memory of it. A
+	// MemoryBudget bounds the host memory the server's guests hold: every
+	// open session and every run_python in progress holds what one session
+	// can hold of it (sandbox.Config.SessionHostMemory: twice Limits.Memory
+	// and twice the in-memory root's quota, 768 MiB with the defaults). A
 	// session_create or session_restore past it is refused, as is a
 	// run_python when open sessions hold the budget; a run_python that
 	// only other run_python calls are in the way of waits for them. 0
-	// means (MaxSessions + MaxRuns) × Limits.Memory, which MaxSessions and
+	// means (MaxSessions + MaxRuns) times that, which MaxSessions and
 	// MaxRuns reach first: run_python stays possible with every session
 	// open.
 	MemoryBudget int64
@@ -130,6 +132,8 @@ type Server struct {
 	onRun   func(running int)
 	clients *clients // the MCP sessions held
 
+	charge int64 // what a session or a run holds of the memory budget
+
 	mu        sync.Mutex
 	closed    bool
 	sessions  map[string]*session
@@ -158,7 +162,8 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if err := o.resolve(); err != nil {
+	charge, err := o.resolve()
+	if err != nil {
 		return nil, err
 	}
 	info, err := codetool.Probe(context.Background(), py)
@@ -166,7 +171,7 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 		return nil, err
 	}
 	s := newServer(o, codetool.InstructionsFor(info, o.Network, o.Mounts))
-	s.py = py
+	s.py, s.charge = py, charge
 	if err := s.addTools(); err != nil {
 		return nil, err
 	}
@@ -189,24 +194,29 @@ func newServer(o Options, instructions string) *Server {
 const toolsNote = "run_python is a fresh interpreter each time; " +
 	"sessions (session_create, then session_run) keep variables, imports and files from one call to the next."
 
-// resolve applies the defaults and checks the options.
-func (o *Options) resolve() error {
+// resolve applies the defaults and checks the options, and returns what
+// a session or a run holds of the memory budget.
+func (o *Options) resolve() (int64, error) {
 	switch {
 	case o.MaxSessions < 0 || o.MaxSessions > 1<<20:
-		return fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
+		return 0, fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
 	case o.MaxRuns < 0 || o.MaxRuns > 1<<20:
-		return fmt.Errorf("mcpserver: MaxRuns %d is outside 0 to 2^20", o.MaxRuns)
+		return 0, fmt.Errorf("mcpserver: MaxRuns %d is outside 0 to 2^20", o.MaxRuns)
 	case o.MaxClients < 0 || o.MaxClients > 1<<20:
-		return fmt.Errorf("mcpserver: MaxClients %d is outside 0 to 2^20", o.MaxClients)
+		return 0, fmt.Errorf("mcpserver: MaxClients %d is outside 0 to 2^20", o.MaxClients)
 	case o.MemoryBudget < 0:
-		return fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
+		return 0, fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
 	}
 	// The defaults, applied as every sandbox and session applies them.
 	l, err := o.Limits.Lower(sandbox.Limits{})
 	if err != nil {
-		return fmt.Errorf("mcpserver: %w", err)
+		return 0, fmt.Errorf("mcpserver: %w", err)
 	}
 	o.Limits = l
+	charge, err := (&sandbox.Config{Limits: l, Mounts: o.Mounts}).SessionHostMemory()
+	if err != nil {
+		return 0, fmt.Errorf("mcpserver: %w", err)
+	}
 	if o.MaxSessions == 0 {
 		o.MaxSessions = 16
 	}
@@ -220,10 +230,10 @@ func (o *Options) resolve() error {
 		o.MaxRuns = max(2, runtime.GOMAXPROCS(0))
 	}
 	if o.MemoryBudget == 0 {
-		o.MemoryBudget = int64(o.MaxSessions+o.MaxRuns) * o.Limits.Memory
+		o.MemoryBudget = int64(o.MaxSessions+o.MaxRuns) * charge
 	}
-	if o.MemoryBudget < o.Limits.Memory {
-		return fmt.Errorf("mcpserver: MemoryBudget %d is less than one memory limit (%d)", o.MemoryBudget, o.Limits.Memory)
+	if o.MemoryBudget < charge {
+		return 0, fmt.Errorf("mcpserver: MemoryBudget %d is less than what one session holds (%d: twice the memory limit and the root quota)", o.MemoryBudget, charge)
 	}
 	if o.Name == "" {
 		o.Name = "fumehood"
@@ -231,7 +241,7 @@ func (o *Options) resolve() error {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
-	return nil
+	return charge, nil
 }
 
 // MCP returns the MCP server, to run on a transport.
@@ -512,7 +522,7 @@ func (s *Server) acquireRun(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// reserve takes Limits.Memory of the memory budget for a session (and a
+// reserve takes s.charge of the memory budget for a session (and a
 // place among MaxSessions) or a throw-away run, checking and taking in one
 // step. When only other throw-away runs are in the way it waits for them
 // until ctx is done; when open sessions are, it fails at once. Give the
@@ -529,7 +539,7 @@ func (s *Server) reserve(ctx context.Context, forSession bool) error {
 			s.mu.Unlock()
 			return fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", n)
 		}
-		mem := s.opts.Limits.Memory
+		mem := s.charge
 		if int64(s.nSessions+s.nTemp+1)*mem <= s.opts.MemoryBudget {
 			if forSession {
 				s.nSessions++

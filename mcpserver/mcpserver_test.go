@@ -291,10 +291,17 @@ func TestSessionCreateAtomic(t *testing.T) {
 }
 
 // TestMemoryBudget: open sessions and run_python calls in progress each
-// hold Limits.Memory of MemoryBudget; past it a call is refused.
+// hold what one session can hold of MemoryBudget (SessionHostMemory, twice
+// the memory limit and the root quota: it used to be the memory limit,
+// a third of what a session and its restore cost); past it a call is
+// refused.
 func TestMemoryBudget(t *testing.T) {
 	py := sandboxtest.PythonSessions(t)
-	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 128 << 20})
+	limits := sandbox.Limits{Memory: 64 << 20}
+	charge, err := (&sandbox.Config{Limits: limits}).SessionHostMemory()
+	require.NoError(t, err)
+	require.Equal(t, int64(2*(64+128)<<20), charge)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, Limits: limits, MemoryBudget: 2 * charge})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)
@@ -316,13 +323,13 @@ func TestMemoryBudget(t *testing.T) {
 	res = call(t, cs, "run_python", map[string]any{"code": "1"}, nil)
 	assert.False(t, res.IsError, text(res))
 
-	_, err = mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 32 << 20})
+	_, err = mcpserver.New(py, &mcpserver.Options{Limits: limits, MemoryBudget: charge - 1})
 	assert.ErrorContains(t, err, "MemoryBudget")
 
 	// A run_python that only other run_python calls are in the way of
 	// waits for them: with room for one, three in parallel all run, one at
 	// a time.
-	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 64 << 20})
+	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, Limits: limits, MemoryBudget: charge})
 	require.NoError(t, err)
 	defer one.Close()
 	cs = connect(t, one)

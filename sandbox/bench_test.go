@@ -65,6 +65,7 @@ func BenchmarkInstantiate(b *testing.B) {
 		mod, err := g.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), g.compiled, mc)
 		require.NoError(b, err)
 		mod.Close(ctx)
+		alloc.release()
 	}
 }
 

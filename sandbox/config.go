@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/fumehood/fumehood/hostcall"
@@ -160,6 +162,41 @@ type Config struct {
 	// together; 0 means no bound beyond each run's Limits.Fuel. A run
 	// started with none left stops at once with ErrFuelExhausted.
 	TotalFuel int64
+}
+
+// SessionHostMemory returns the most host memory one session under c
+// holds at once, in bytes: twice its memory limit (its linear memory, and
+// its checkpoint, the pages that differ from the base image, which a
+// stopped run rolls back to) and twice its in-memory root's quota (its
+// files, and the copy of them a snapshot takes, or of one file a resume
+// writes), with no in-memory root for a mount at "/". Measured with the
+// default limits (docs/SECURITY.md): a session that filled its 256 MiB
+// held 481 MB besides what every process holds, and a resume of a 337 MB
+// snapshot 662 MB, against the 768 MiB this returns; the guest's base
+// images and pooled memories, per guest rather than per session, are
+// bounded apart. A quota that sets no bound on bytes (MaxBytes 0 with
+// MaxFiles set) bounds nothing: it returns math.MaxInt64. It is what a
+// server running many sessions charges each against its memory (as
+// mcpserver's MemoryBudget does); a one-shot run holds at most its memory
+// limit and root quota.
+func (c *Config) SessionHostMemory() (int64, error) {
+	c = c0(c)
+	l, err := c.Limits.resolve()
+	if err != nil {
+		return 0, err
+	}
+	var root int64
+	if !slices.ContainsFunc(c.Mounts, func(m Mount) bool { return m.Path == "/" }) {
+		q := c.RootQuota
+		if q == (Quota{}) {
+			q = defaultRootQuota
+		}
+		if q.MaxBytes <= 0 || q.MaxBytes > math.MaxInt64/4 {
+			return math.MaxInt64, nil
+		}
+		root = q.MaxBytes
+	}
+	return 2 * (l.Memory + root), nil
 }
 
 // RunOptions are what one run adds to its sandbox's or session's Config.

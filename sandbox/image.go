@@ -82,10 +82,11 @@ func sparsePages(mem []byte) [][]byte {
 var zeroPage = make([]byte, pageSize)
 
 // checkpoint is a session's state between runs, kept as the pages that
-// differ from the base image. A page shared with a fork (or a snapshot
-// decoder's buffer) is never written: an update replaces it with a copy,
-// so forks share what neither changed. Pages the checkpoint allocated
-// itself since it was last cloned (owned) are updated in place.
+// differ from the base image. A page shared with a fork or a snapshot
+// being encoded (share), or unpacked from hibernation, is never written:
+// an update replaces it with a copy, so forks share what neither changed.
+// Pages the checkpoint allocated itself (or a resume decoded into it)
+// since it was last shared (owned) are updated in place.
 type checkpoint struct {
 	size    uint64   // memory size in bytes
 	pages   [][]byte // nil where the page equals the base image's
@@ -157,10 +158,15 @@ func (c *checkpoint) updatePage(base *baseImage, cur []byte, i int) {
 	}
 }
 
+// share marks every page shared: the checkpoint no longer writes any in
+// place, so whoever holds them (a fork, a snapshot being encoded) reads
+// them unchanged.
+func (c *checkpoint) share() { clear(c.owned) }
+
 // clone returns a copy that shares the pages, which neither may write from
 // now on.
 func (c *checkpoint) clone() *checkpoint {
-	clear(c.owned)
+	c.share()
 	return &checkpoint{size: c.size, pages: append([][]byte(nil), c.pages...), globals: append([]uint64(nil), c.globals...)}
 }
 

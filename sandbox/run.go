@@ -252,6 +252,7 @@ func (s *Sandbox) exec(ctx context.Context, name string, args []string, opts *Ru
 	if m := alloc.mem; m != nil {
 		mem = memStats{peak: int64(m.peak), hit: m.refused > 0}
 	}
+	alloc.release() // the call returned: nothing runs in it
 	return r.end(runErr, mem, nil)
 }
 

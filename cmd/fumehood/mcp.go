@@ -37,7 +37,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
 	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, over all clients, at most")
 	maxRuns := fs.Int("max-runs", 0, "runs executing at once, over all clients; a call past it waits (default GOMAXPROCS, at least 2)")
-	budget := fs.String("memory-budget", "", "guest memory of the whole server: each open session and each run_python in progress holds --memory of it (default --max-sessions × --memory)")
+	budget := fs.String("memory-budget", "", "host memory of the server's guests: each open session and each run_python in progress holds twice --memory and twice the 128 MiB root quota of it (default (--max-sessions + --max-runs) times that)")
 	idle := fs.Duration("idle-timeout", mcpserver.DefaultIdleTimeout, "with --http, end a client's MCP session, and close its sessions, after this long without a request; 0 never")
 	maxClients := fs.Int("max-clients", mcpserver.DefaultMaxClients, "with --http, MCP sessions (clients) held at once; past it a new client ends the least recently used idle one, and is refused if none is idle")
 	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
