@@ -427,3 +427,25 @@ func FuzzParseInput(f *testing.F) {
 		require.LessOrEqual(t, len(in.Code), 64)
 	})
 }
+
+// TestOnOutputStreams: OnOutput gets a call's output line by line while
+// the run goes on, with the conversation and the stream, all of it even
+// past the Result's limit.
+func TestOnOutputStreams(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	tool := newTool(t, &codetool.Options{Limits: sandbox.Limits{MaxOutput: 2048}, OnOutput: func(conv, stream, text string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, conv+" "+stream+" "+text)
+	}})
+	r := tool.Call(context.Background(), "c1", args("import sys\nfor i in range(500): print('row', i)\nprint('oops', file=sys.stderr)"))
+	require.False(t, r.IsError, r.Text())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 501)
+	assert.Equal(t, "c1 stdout row 0\n", got[0])
+	assert.Equal(t, "c1 stdout row 499\n", got[499])
+	assert.Equal(t, "c1 stderr oops\n", got[500])
+	assert.Contains(t, r.Truncated, "stdout", "the Result is still cut to its limit")
+}

@@ -428,6 +428,56 @@ func (s *Server) config(l callLimits) (*sandbox.RunOptions, error) {
 	return &sandbox.RunOptions{Limits: eff}, nil
 }
 
+// streamProgress sends a run's output, as the code writes it, to a client
+// that asked for progress (a progressToken in the call's _meta): one
+// notifications/progress a line (or a batch of lines), the text as its
+// message, the count of lines so far as its progress. The notifications of
+// a call carry at most MaxOutput bytes of text, then one saying the rest
+// is in the result; the result holds the output in any case.
+func (s *Server) streamProgress(ctx context.Context, req *mcp.CallToolRequest, cfg *sandbox.RunOptions) {
+	if req == nil || req.Session == nil || req.Params == nil {
+		return
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return
+	}
+	p := &progress{ctx: ctx, ss: req.Session, token: token, left: s.opts.Limits.MaxOutput}
+	cfg.Stdout, cfg.Stderr = p, p
+}
+
+// progress sends what is written to it as progress notifications.
+type progress struct {
+	ctx   context.Context
+	ss    *mcp.ServerSession
+	token any
+	n     float64 // notifications sent
+	left  int     // bytes of text that may still be sent
+	done  bool
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	if p.done {
+		return len(b), nil
+	}
+	text := string(b)
+	if len(text) > p.left {
+		text, _ = truncate(text, p.left)
+		p.done = true
+	}
+	p.left -= len(text)
+	p.n++
+	// A client gone or slow to read does not stop the run: its result
+	// still comes (or not) as for any call.
+	_ = p.ss.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: text})
+	if p.done {
+		p.n++
+		_ = p.ss.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n,
+			Message: "(more output: it is in the result, cut to the output limit)"})
+	}
+	return len(b), nil
+}
+
 func (s *Server) sessionConfig(env map[string]string) *sandbox.Config {
 	return &sandbox.Config{Env: env, Limits: s.opts.Limits, Network: s.opts.Network, Mounts: s.opts.Mounts}
 }
@@ -580,11 +630,12 @@ func (s *Server) releaseLocked(forSession bool) {
 	s.freed = make(chan struct{})
 }
 
-func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
+func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
 	cfg, err := s.config(in.callLimits)
 	if err != nil {
 		return nil, runOutput{}, err
 	}
+	s.streamProgress(ctx, req, cfg)
 	done, err := s.acquireRun(ctx)
 	if err != nil {
 		return nil, runOutput{}, err
@@ -738,6 +789,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 	if err != nil {
 		return nil, runOutput{}, err
 	}
+	s.streamProgress(ctx, req, cfg)
 	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, runOutput{}, err

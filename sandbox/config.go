@@ -208,9 +208,13 @@ type RunOptions struct {
 	// that the deadline can interrupt the guest.
 	Stdin io.Reader
 	// Stdout and Stderr, if set, receive the guest's output as it is
-	// written: all of it (the Result keeps at most Limits.MaxOutput bytes
-	// of each), or with StopAtOutputLimit, what was written before the
-	// run stopped.
+	// written, a line at a time: each Write holds whole lines (ending in
+	// a newline, or a carriage return for a progress line), except an
+	// unended line passed on when the guest sleeps, waits for stdin or
+	// ends, or when it reaches 4 KiB. They get all of it (the Result keeps
+	// at most Limits.MaxOutput bytes of each), or with StopAtOutputLimit,
+	// what was written before the run stopped. Each is called on the
+	// run's goroutine: a slow writer slows the run.
 	Stdout, Stderr io.Writer
 	// Limits can only lower the Config's (see Limits.Lower).
 	Limits Limits

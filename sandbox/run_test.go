@@ -205,3 +205,41 @@ func TestPythonVersionThroughExec(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, py.Python().Version+"\n", string(res.Stdout))
 }
+
+// writes records each Write it gets.
+type writes struct{ got []string }
+
+func (w *writes) Write(p []byte) (int, error) {
+	w.got = append(w.got, string(p))
+	return len(p), nil
+}
+
+// TestStreamsByLine: a caller's stream gets the output a line at a time
+// (print writes a line in pieces), an unended line when the guest sleeps
+// (progress dots show) and at the end, one-shot and in a session.
+func TestStreamsByLine(t *testing.T) {
+	code := `import sys, time
+for i in range(3):
+    print("line", i)
+print("working", end="")
+for _ in range(2):
+    sys.stdout.write(".")
+    time.sleep(0.01)
+print(" done")
+sys.stdout.write("50%\r100%\r")
+sys.stdout.write("no newline at the end")`
+	want := []string{"line 0\n", "line 1\n", "line 2\n", "working.", ".", " done\n", "50%\r100%\r", "no newline at the end"}
+	py := sandboxtest.Python(t)
+	var w writes
+	_, err := py.Run(context.Background(), code, &sandbox.RunOptions{Stdout: &w})
+	require.NoError(t, err)
+	assert.Equal(t, want, w.got)
+
+	s, err := py.NewSession(context.Background(), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	w = writes{}
+	_, err = s.Run(context.Background(), code, &sandbox.RunOptions{Stdout: &w})
+	require.NoError(t, err)
+	assert.Equal(t, want, w.got)
+}
