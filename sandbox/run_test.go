@@ -235,7 +235,7 @@ sys.stdout.write("no newline at the end")`
 	require.NoError(t, err)
 	assert.Equal(t, want, w.got)
 
-	s, err := py.NewSession(context.Background(), nil)
+	s, err := sandboxtest.PythonSessions(t).NewSession(context.Background(), nil)
 	require.NoError(t, err)
 	defer s.Close()
 	w = writes{}
