@@ -190,6 +190,39 @@ func newServer(o Options, instructions string) *Server {
 	return s
 }
 
+// Stats is what a Server holds at one moment, for an operator's metrics
+// (fumehood mcp --http serves them at /metrics).
+type Stats struct {
+	// Sessions are the sessions open (or being opened), of all clients;
+	// Hibernated those of them between calls, which hold only the memory
+	// pages their code changed.
+	Sessions, Hibernated int
+	// Runs are the runs executing; TempRuns the run_python calls holding
+	// memory (running or waiting for a run slot).
+	Runs, TempRuns int
+	// Clients are the MCP sessions held over HTTP (MaxClients bounds them).
+	Clients int
+	// MemoryHeld is what open sessions and run_python calls hold of
+	// MemoryBudget: each what a session can cost the host
+	// (sandbox.Config.SessionHostMemory).
+	MemoryHeld, MemoryBudget int64
+}
+
+// Stats returns what the server holds now.
+func (s *Server) Stats() Stats {
+	st := Stats{Clients: s.clients.count(), MemoryBudget: s.opts.MemoryBudget}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.Sessions, st.TempRuns, st.Runs = s.nSessions, s.nTemp, s.running
+	for _, ss := range s.sessions {
+		if len(ss.turn) == 0 {
+			st.Hibernated++
+		}
+	}
+	st.MemoryHeld = int64(s.nSessions+s.nTemp) * s.charge
+	return st
+}
+
 // toolsNote ends the server's instructions: how its tools differ.
 const toolsNote = "run_python is a fresh interpreter each time; " +
 	"sessions (session_create, then session_run) keep variables, imports and files from one call to the next."

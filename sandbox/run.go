@@ -229,6 +229,9 @@ func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
 			res.ExitCode, err = out.ExitCode, &ExitError{Code: out.ExitCode}
 		}
 	}
+	if f := r.sb.g.onRun; f != nil {
+		f(RunEvent{Session: r.sb.session, Result: res, Err: err})
+	}
 	return res, err
 }
 

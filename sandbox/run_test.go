@@ -243,3 +243,28 @@ sys.stdout.write("no newline at the end")`
 	require.NoError(t, err)
 	assert.Equal(t, want, w.got)
 }
+
+// TestOnRunObserves: Options.OnRun is told of every run of the guest,
+// one-shot and in a session, with the Result and error the caller gets.
+func TestOnRunObserves(t *testing.T) {
+	sandboxtest.PythonSessions(t) // skips where the npm guest has no session build
+	var events []sandbox.RunEvent
+	py, err := sandbox.CompilePython(context.Background(), &sandbox.Options{Sessions: true,
+		OnRun: func(e sandbox.RunEvent) { events = append(events, e) }})
+	require.NoError(t, err)
+	defer py.Close()
+	res, err := py.Run(context.Background(), "print(1)", nil)
+	require.NoError(t, err)
+	s, err := py.NewSession(context.Background(), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	_, serr := s.Run(context.Background(), "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 1e6}})
+	require.ErrorIs(t, serr, sandbox.ErrFuelExhausted)
+	require.Len(t, events, 2)
+	assert.False(t, events[0].Session)
+	assert.Same(t, res, events[0].Result)
+	assert.NoError(t, events[0].Err)
+	assert.True(t, events[1].Session)
+	assert.Equal(t, sandbox.StopFuel, events[1].Result.Stop)
+	assert.ErrorIs(t, events[1].Err, sandbox.ErrFuelExhausted)
+}
