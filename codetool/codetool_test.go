@@ -70,7 +70,7 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	assert.True(t, strings.HasSuffix(tool.Description(), " "+tool.Instructions()), tool.Description())
 	// The model is told the limits it has, with the tool's values.
 	assert.Contains(t, tool.Description(), "Limits of each run: 30s of wall time (timeout_ms can only shorten it), "+
-		"3 trillion of CPU (WebAssembly instructions; print(1) costs about 2 million), 256 MiB of memory (past it MemoryError) "+
+		"3 trillion of CPU (WebAssembly instructions; print(1) costs about 2 million), 512 MiB of memory (past it MemoryError) "+
 		"and 1 MiB of each of stdout and stderr (past it output is cut). A conversation with no call for 10m0s is closed and its state lost.")
 	tool = newTool(t, &codetool.Options{Limits: sandbox.Limits{Timeout: 1500 * time.Millisecond, Fuel: 5e9, Memory: 100 << 20,
 		MaxOutput: 1000}, IdleTimeout: -1})

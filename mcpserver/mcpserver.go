@@ -91,7 +91,7 @@ type Options struct {
 	// MemoryBudget bounds the host memory the server's guests hold: every
 	// open session and every run_python in progress holds what one session
 	// can hold of it (sandbox.Config.SessionHostMemory: twice Limits.Memory
-	// and twice the in-memory root's quota, 768 MiB with the defaults). A
+	// and twice the in-memory root's quota, 1.25 GiB with the defaults). A
 	// session_create or session_restore past it is refused, as is a
 	// run_python when open sessions hold the budget; a run_python that
 	// only other run_python calls are in the way of waits for them. 0
