@@ -235,7 +235,9 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options, list []Input) (map[
 	defer os.RemoveAll(d.apt)
 	opts.progress(npm.Progress{Stage: "fetch", Step: "apt-get update"})
 	if err := f.Update(ctx); err != nil {
-		return nil, err
+		// Another distribution's mirror (Ubuntu's) passes MachineMirror
+		// but has no Debian suites.
+		return nil, fmt.Errorf("%w\nthe build needs a Debian mirror in the machine's apt sources; where there is none, %s", err, elsewhere)
 	}
 	if err := os.MkdirAll(d.tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("cpython: %w", err)
