@@ -227,3 +227,40 @@ func seedSources(t *testing.T, sources string, list []Input) {
 		require.NoError(t, os.WriteFile(filepath.Join(sources, in.File), data, 0o644))
 	}
 }
+
+// TestBuildRefusesTamperedToolchain: a build whose toolchain packages do
+// not match their pins stops before any step with an error naming the
+// first, caches none of them and stores no guest. The other inputs come
+// from the user's cache (verified), so it needs no network.
+func TestBuildRefusesTamperedToolchain(t *testing.T) {
+	if err := CheckTools(); err != nil {
+		t.Skipf("build tools missing: %v", err)
+	}
+	opts := &Options{CacheDir: t.TempDir()}
+	d, err := opts.dirs()
+	require.NoError(t, err)
+	seedSources(t, d.sources, Inputs)
+	for _, in := range Inputs {
+		if verifyFile(filepath.Join(d.sources, in.File), in) != nil {
+			t.Skipf("%s is not in the user's cache (run `%s` once)", in.File, BuildCommand)
+		}
+	}
+	list, err := ToolchainInputs(runtime.GOARCH, false)
+	if err != nil {
+		t.Skip(err)
+	}
+	f := &fakeFetcher{content: func(in Input) []byte { return []byte("tampered " + in.File) }, list: list}
+	useFetcher(t, f)
+	_, err = Build(context.Background(), opts)
+	require.ErrorIs(t, err, npm.ErrIntegrity)
+	t.Log(err)
+	assert.Contains(t, err.Error(), list[0].File)
+	assert.Contains(t, err.Error(), "("+list[0].Package+" "+list[0].Version+")")
+	for _, in := range list {
+		assert.NoFileExists(t, filepath.Join(d.sources, in.File))
+	}
+	tmp, _ := os.ReadDir(d.tmp)
+	assert.Empty(t, tmp, "no download or build directory is left")
+	_, _, err = Load(context.Background(), opts)
+	assert.ErrorIs(t, err, ErrNotBuilt)
+}
