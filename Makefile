@@ -3,29 +3,15 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest session-guest tools guest-build-tools guest-build guest-build-session guest-build-numpy demo test vet fuzz soak race bench clean
+.PHONY: all build guest guest-build-tools guest-build guest-build-numpy demo test vet fuzz soak race bench clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fumehood
 
-# Fetch, verify and prepare the Python guest (cached: a no-op once done).
-guest: build
-	$(BIN) guest install
-
-# Binaryen's wasm-opt prepares the session build; on a Debian machine it is
-# installed if missing (as root), elsewhere the session tests are skipped.
-tools:
-	@command -v wasm-opt >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen; } || \
-		echo "note: Binaryen's wasm-opt is not installed: the session build and its tests are skipped"
-
-# The session build: about two minutes once per machine (asyncify).
-session-guest: build tools
-	@if command -v wasm-opt >/dev/null; then $(BIN) guest install --session; fi
-
-# Our own CPython 3.13.5 guest, built from pinned sources (internal/guests/cpython).
+# The Python guest: CPython 3.13.5, built from pinned sources (internal/guests/cpython)
+# into the cache (a no-op once built).
 # The build fetches its cross toolchain (bookworm's LLVM 19, pinned by SHA-256)
 # into the cache with apt's own client, so it needs no root. It needs a few
 # native build tools (a C compiler for the build Python, make, tcl, xz; ninja for
@@ -42,13 +28,9 @@ guest-build-tools:
 
 guest-build: build guest-build-tools
 	$(BIN) guest build
-	$(BIN) guest info --built
+	$(BIN) guest info | head -1
 
-# The session build of the built guest (asyncify: a few minutes, once). Its
-# sessions do not need it (they run on the driver's entry points): it is
-# kept to compare the two.
-guest-build-session: guest-build tools
-	@if command -v wasm-opt >/dev/null; then $(BIN) guest build --session; fi
+guest: guest-build
 
 # The variant with numpy 2.2.5 built in (internal/guests/cpython/numpy.go). Its two
 # source tarballs cannot come through apt: NUMPY_SOURCES names a directory
@@ -63,7 +45,7 @@ guest-build-numpy: build guest-build-tools
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pytest; } || \
 		echo "note: install Debian's python3-pytest to run numpy's tests in the guest (TestNumpyTestSuiteSlice)"
 	$(BIN) guest build --with numpy $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
-	$(BIN) guest info --built --with numpy
+	$(BIN) guest info --with numpy
 
 # The demo runs on our own CPython 3.13 guest, built first if it is not in the
 # cache (about 10 minutes on 2 cores from an empty cache, no root; the build
@@ -71,23 +53,20 @@ guest-build-numpy: build guest-build-tools
 demo: guest-build
 	$(BIN) run -c '$(SNIPPET)'
 
-# The whole suite runs on the built guest (the default where it is built),
-# then the packages that load guests and run sessions again on the npm guest,
-# the fallback. A machine that cannot build the guest runs everything on the
-# npm guest. examples/agents is a module of its own (it needs model SDKs,
-# fumehood does not): go test ./... does not enter it.
-NPM_FALLBACK_PACKAGES ?= ./sandbox ./internal/guests/... ./cmd/fumehood ./mcpserver ./codetool
-test: guest session-guest
-	@$(MAKE) --no-print-directory guest-build || \
-		echo "note: the built guest could not be built: the tests run on the npm guest"
+# Vet on every platform the library builds for.
+vet:
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	GOOS=windows $(GO) vet ./...
 	GOARCH=arm64 $(GO) vet ./...
-	$(BIN) guest info | head -1
-	$(GO) test -timeout 30m ./...
-	FUMEHOOD_GUEST=npm $(GO) test -timeout 30m $(NPM_FALLBACK_PACKAGES)
-	cd examples/agents && $(GO) vet ./... && $(GO) test ./...
+
+# The whole suite, once, on the built guest (built first if missing):
+# FUMEHOOD_REQUIRE_GUEST turns the skip of a test that needs the guest
+# into a failure. examples/agents is a module of its own (it needs model
+# SDKs, fumehood does not): go test ./... does not enter it.
+test: guest vet
+	FUMEHOOD_REQUIRE_GUEST=1 $(GO) test -timeout 30m ./...
+	cd examples/agents && $(GO) vet ./... && FUMEHOOD_REQUIRE_GUEST=1 $(GO) test ./...
 
 # Short fuzzing runs of everything that parses untrusted bytes.
 FUZZTIME ?= 30s
@@ -99,6 +78,7 @@ fuzz:
 		./internal/hostchan:FuzzDecodeFrame \
 		./internal/wasifs:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \
+		./internal/textcut:FuzzCut \
 		./internal/wasmbin:FuzzExportMutableGlobals \
 		./internal/wasmbin:FuzzBounds \
 		./sandbox:FuzzCompile \

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -35,7 +35,6 @@ type bench struct {
 	runner      string // pyodide.js written to a temp dir
 	bwrap       string // "" to skip
 	guest       *sandbox.Guest
-	sessions    *sandbox.Guest // the session build, or nil when it is not prepared
 	opts        RunOptions
 	log         func(format string, args ...any)
 }
@@ -95,12 +94,6 @@ func run(ctx context.Context, bin, pyodideDir, mdPath, jsonPath string, quick bo
 		return err
 	}
 	defer b.guest.Close()
-	if b.sessions, err = sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true}); err != nil {
-		b.log("no session rows: %v", err)
-		b.sessions = nil
-	} else {
-		defer b.sessions.Close()
-	}
 
 	rep := &Report{Started: time.Now(), Config: b.opts, Machine: b.machine()}
 	rep.Machine.LoadAvg = loadavg()
@@ -173,7 +166,7 @@ func nativePython() (string, error) {
 }
 
 func (b *bench) machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Guest: npm.Package + "@" + npm.Version}
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), Guest: "CPython " + cpython.PythonVersion + " (fumehood guest build)"}
 	if cpuinfo, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(cpuinfo), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {

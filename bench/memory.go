@@ -40,10 +40,7 @@ func (b *bench) memory(ns []int) ([]MemRow, error) {
 		return nil, err
 	}
 	var rows []MemRow
-	kinds := []string{memSandbox, memLive}
-	if b.sessions != nil {
-		kinds = append(kinds, memSession, memHibernated)
-	}
+	kinds := []string{memSandbox, memLive, memSession, memHibernated}
 	for _, kind := range kinds {
 		for _, n := range ns {
 			b.log("memory: %d idle %s", n, kind)
@@ -172,7 +169,7 @@ func memoryChild(ctx context.Context, kind string, n int) error {
 // sessionMemoryChild holds n idle sessions, each after one run, hibernated
 // or not, and prints the growth of resident memory as memoryChild does.
 func sessionMemoryChild(ctx context.Context, hibernate bool, n int) error {
-	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	g, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -84,10 +84,8 @@ func (b *bench) coldStart(ctx context.Context) ([]Timing, error) {
 	}
 	peers = append(peers, peer{name: "fumehood in-process: new sandbox + run", note: "guest compiled once per process",
 		run: func() (time.Duration, error) { d, _, err := b.newSandboxRun(ctx); return d, err }})
-	if b.sessions != nil {
-		peers = append(peers, peer{name: "fumehood in-process: new session + run", note: "a fresh interpreter from the base image",
-			run: func() (time.Duration, error) { d, _, err := b.newSessionRun(ctx); return d, err }})
-	}
+	peers = append(peers, peer{name: "fumehood in-process: new session + run", note: "a fresh interpreter from the base image",
+		run: func() (time.Duration, error) { d, _, err := b.newSessionRun(ctx); return d, err }})
 
 	samples := make([][]float64, len(peers))
 	for i := range b.opts.ColdReps {
@@ -129,7 +127,7 @@ func (b *bench) newSandboxRun(ctx context.Context) (first, total time.Duration, 
 // runs print(1) in it and closes it. It returns the time to first output
 // and to the end.
 func (b *bench) newSessionRun(ctx context.Context) (first, total time.Duration, err error) {
-	return timedTiny(ctx, func() (runner, error) { return b.sessions.NewSession(ctx, nil) })
+	return timedTiny(ctx, func() (runner, error) { return b.guest.NewSession(ctx, nil) })
 }
 
 // runner is what a sandbox and a session have in common.
@@ -170,7 +168,7 @@ func timedTiny(ctx context.Context, open func() (runner, error)) (first, total t
 func (b *bench) sessionRows(ctx context.Context, base float64) ([]Timing, error) {
 	var first, total, rt, snap, resume, fork []float64
 	var size int
-	s, err := b.sessions.NewSession(ctx, nil)
+	s, err := b.guest.NewSession(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +194,7 @@ func (b *bench) sessionRows(ctx context.Context, base float64) ([]Timing, error)
 		}
 		snap, size = append(snap, ms(time.Since(start))), buf.Len()
 		start = time.Now()
-		r, err := b.sessions.ResumeSession(ctx, &buf, nil)
+		r, err := b.guest.ResumeSession(ctx, &buf, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -253,14 +251,12 @@ func (b *bench) warm(ctx context.Context, quick bool) ([]Timing, error) {
 		{Name: "new sandbox + run print(1) + close, round trip", Median: base, Ratio: 1, Samples: total},
 		{Name: "run print(1) in a sandbox held between runs, round trip", Median: median(held), Ratio: div(median(held), base), Samples: held},
 	}
-	if b.sessions != nil {
-		b.log("sessions")
-		srows, err := b.sessionRows(ctx, base)
-		if err != nil {
-			return nil, fmt.Errorf("sessions: %w", err)
-		}
-		rows = append(rows, srows...)
+	b.log("sessions")
+	srows, err := b.sessionRows(ctx, base)
+	if err != nil {
+		return nil, fmt.Errorf("sessions: %w", err)
 	}
+	rows = append(rows, srows...)
 	dur := 5 * time.Second
 	if quick {
 		dur = time.Second

@@ -16,7 +16,7 @@ import (
 // GuestInfo is what a Python guest offers code, as Probe finds it: what
 // the instructions for a model say about the interpreter.
 type GuestInfo struct {
-	// Version is Python's version, such as "3.12.0".
+	// Version is Python's version, such as "3.13.5".
 	Version string
 	// Lacks names the parts of the standard library the guest lacks,
 	// among ssl, ctypes, lzma, sqlite3, zlib, bz2, multiprocessing and
@@ -24,10 +24,11 @@ type GuestInfo struct {
 	Lacks []string
 }
 
-// npmGuest is the npm guest's GuestInfo (the fallback guest): what the
-// Instructions and Description constants describe, for callers that cannot
-// probe a guest; Tool's methods describe the guest it runs on.
-var npmGuest = GuestInfo{Version: "3.12.0", Lacks: []string{"ssl", "ctypes", "lzma", "multiprocessing", "time-zone data"}}
+// builtGuest is the GuestInfo of the Python guest `fumehood guest build`
+// makes (without optional parts): what the Instructions and Description
+// constants describe, for callers that cannot probe a guest; Tool's
+// methods describe the guest it runs on.
+var builtGuest = GuestInfo{Version: "3.13.5", Lacks: []string{"ssl", "ctypes"}}
 
 // probeCode prints the guest's version and what it lacks, one line each.
 // It imports nothing that runs much code: find_spec looks modules up
@@ -57,8 +58,8 @@ var (
 )
 
 // Probe finds out what py offers code by running a short program on it
-// (about 0.3 s, 370 million instructions on the npm guest; the answer is
-// kept for the process, by the guest's ID).
+// (a few milliseconds from the guest's pre-initialized image; the answer
+// is kept for the process, by the guest's ID).
 func Probe(ctx context.Context, py *sandbox.Guest) (GuestInfo, error) {
 	if py == nil || !py.IsPython() {
 		return GuestInfo{}, sandbox.ErrNotPython
@@ -93,7 +94,7 @@ func trunc(text string, n int) string {
 // InstructionsFor says what a sandbox has and lacks, for a model: the
 // guest's Python and what its standard library lacks, the network the
 // policy allows (nil: none), the host directories mounted, and the rules
-// every run follows. Instructions is its text for the npm guest with no
+// every run follows. Instructions is its text for the built guest with no
 // network and no mounts.
 func InstructionsFor(info GuestInfo, network *netpolicy.Policy, mounts []sandbox.Mount) string {
 	var b strings.Builder

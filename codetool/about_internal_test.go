@@ -15,8 +15,7 @@ import (
 )
 
 // TestProbeFindsTimeZoneData: the probe reports time-zone data as present
-// when zoneinfo's search path holds it, and as missing otherwise (the npm
-// guest's own path holds none).
+// when zoneinfo's search path holds it, and as missing otherwise.
 func TestProbeFindsTimeZoneData(t *testing.T) {
 	py := sandboxtest.Python(t)
 	tz := afero.NewMemMapFs()
@@ -32,11 +31,7 @@ func TestProbeFindsTimeZoneData(t *testing.T) {
 		require.Len(t, lines, 2, string(res.Stdout))
 		assert.Equal(t, py.Python().Version, lines[0])
 		assert.Equal(t, lacksTZ, strings.Contains(lines[1], "time-zone data"), "%s: %s", env, lines[1])
-		if py.Python().Guest == sandbox.GuestNPM {
-			assert.Contains(t, lines[1], "ssl,ctypes,lzma")
-		} else {
-			assert.Contains(t, lines[1], "ssl,ctypes")
-			assert.NotContains(t, lines[1], "lzma", "the built guest has lzma")
-		}
+		assert.Contains(t, lines[1], "ssl,ctypes")
+		assert.NotContains(t, lines[1], "lzma", "the guest has lzma")
 	}
 }

@@ -23,7 +23,7 @@ import (
 
 func newTool(t *testing.T, o *codetool.Options) *codetool.Tool {
 	t.Helper()
-	tool, err := codetool.New(sandboxtest.PythonSessions(t), o)
+	tool, err := codetool.New(sandboxtest.Python(t), o)
 	require.NoError(t, err)
 	t.Cleanup(func() { tool.Close() })
 	return tool
@@ -52,19 +52,16 @@ func TestSchemaAndDescription(t *testing.T) {
 
 // TestInstructionsFromTheGuest: the instructions are one text, filled in
 // from what the guest has (Probe) and what network and mounts the host
-// gives: Instructions is that text for the npm guest with none.
+// gives: Instructions is that text for the built guest with none.
 func TestInstructionsFromTheGuest(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	info, err := codetool.Probe(context.Background(), py)
 	require.NoError(t, err)
-	if py.Python().Guest == sandbox.GuestNPM {
-		assert.Equal(t, codetool.NPMGuest, info, "the npm guest")
-	} else {
-		assert.Equal(t, py.Python().Version, info.Version)
-		assert.NotContains(t, info.Lacks, "time-zone data", "the built guest has zoneinfo's data")
-		assert.NotContains(t, info.Lacks, "lzma", "the built guest has lzma")
+	if len(py.Python().With) == 0 {
+		assert.Equal(t, codetool.BuiltGuest, info, "what Instructions describes is what the guest has")
 	}
-	assert.Equal(t, codetool.Instructions, codetool.InstructionsFor(codetool.NPMGuest, nil, nil))
+	assert.Equal(t, py.Python().Version, info.Version)
+	assert.Equal(t, codetool.Instructions, codetool.InstructionsFor(codetool.BuiltGuest, nil, nil))
 	tool := newTool(t, nil)
 	assert.True(t, strings.HasPrefix(tool.Instructions(), codetool.InstructionsFor(info, nil, nil)+" "), tool.Instructions())
 	assert.True(t, strings.HasSuffix(tool.Description(), " "+tool.Instructions()), tool.Description())

@@ -6,7 +6,7 @@
 // tool call's arguments to Tool.Call, and send Result.Text (and
 // Result.Images) back as the tool's result.
 //
-//	py, _ := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+//	py, _ := sandbox.CompilePython(ctx, nil)
 //	tool, _ := codetool.New(py, &codetool.Options{Limits: sandbox.Limits{Timeout: 10 * time.Second}})
 //	defer tool.Close()
 //	res := tool.Call(ctx, conversationID, []byte(call.Arguments))
@@ -24,12 +24,12 @@ import "maps"
 const Name = "run_python"
 
 // Instructions say what the sandbox has and lacks, for a model:
-// InstructionsFor's text for the npm guest (the fallback) with no network and
-// no mounts. Tool.Instructions and the MCP server give the text for the
+// InstructionsFor's text for the Python guest `fumehood guest build` makes
+// (CPython 3.13.5, without optional parts) with no network and no mounts. Tool.Instructions and the MCP server give the text for the
 // guest they run and the network and mounts they give it; Description
 // holds this one.
-const Instructions = "Python 3.12.0 (CPython compiled to WebAssembly) with the standard library only: " +
-	"no pip and no third-party packages (no numpy, pandas or matplotlib); ssl, ctypes, lzma, multiprocessing and time-zone data are missing. " +
+const Instructions = "Python 3.13.5 (CPython compiled to WebAssembly) with the standard library only: " +
+	"no pip and no third-party packages (no numpy, pandas or matplotlib); ssl and ctypes are missing. " +
 	"No network: urllib, http.client and sockets raise PermissionError. " +
 	"No subprocesses. One thread: threading.Thread.start fails, while asyncio and concurrent.futures.ThreadPoolExecutor work, running tasks one after another. " +
 	"The filesystem is in memory: keep data and results under /work, scratch files under /tmp. " +

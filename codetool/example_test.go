@@ -13,7 +13,7 @@ import (
 // the arguments' JSON. The result's Text goes back as the tool result.
 func Example() {
 	ctx := context.Background()
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

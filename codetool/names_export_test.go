@@ -1,4 +1,4 @@
 package codetool
 
-// NPMGuest is npmGuest, for the external tests.
-var NPMGuest = npmGuest
+// BuiltGuest is builtGuest, for the external tests.
+var BuiltGuest = builtGuest

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/fumehood/fumehood/internal/textcut"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -163,22 +163,7 @@ func (r *Result) cut(what string) {
 // Clip returns text as valid UTF-8 (a run of invalid bytes becomes
 // U+FFFD) of at most n bytes, cut at a character boundary, and whether it
 // cut anything.
-func Clip(text string, n int) (string, bool) {
-	n = max(n, 0)
-	cut := len(text) > n
-	if cut {
-		text = text[:n+1] // the last byte only tells whether a character ends at n
-	}
-	text = strings.ToValidUTF8(text, "\uFFFD")
-	if len(text) <= n {
-		return text, cut
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(text[i]) {
-		i--
-	}
-	return text[:i], true
-}
+func Clip(text string, n int) (string, bool) { return textcut.Cut(text, n) }
 
 // Text renders the result for a model: labelled sections for stdout,
 // stderr, the value, the exception (with its traceback unless stderr

@@ -16,7 +16,7 @@ import (
 // TestSharesTheCodeToolDefinition: the server's instructions are the code
 // tool's, and a run's result reads as codetool formats it for a model.
 func TestSharesTheCodeToolDefinition(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	info, err := codetool.Probe(context.Background(), py)
 	require.NoError(t, err)
 	srv, err := mcpserver.New(py, nil)

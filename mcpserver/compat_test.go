@@ -49,7 +49,7 @@ type filesOut struct {
 // binary_files). Binary content used to come back as text, each invalid
 // byte a U+FFFD. Reads stay within MaxOutput bytes as sent.
 func TestBinaryFiles(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	const limit = 4096
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit}})
 	require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestBinaryFiles(t *testing.T) {
 // is about 1 MiB. It used to come back twice (text and structured, 2 MB),
 // with only the structured part saying it was cut.
 func TestLargePrintSentOnce(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()
@@ -184,7 +184,7 @@ func TestLargePrintSentOnce(t *testing.T) {
 // each argument is, fuel gives its scale, and the instructions (from
 // codetool) say what the sandbox has, for the network and mounts given.
 func TestSchemasAndInstructions(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	dir := t.TempDir()
 	host, err := sandbox.HostDir(dir)
 	require.NoError(t, err)
@@ -247,7 +247,7 @@ func TestSchemasAndInstructions(t *testing.T) {
 // makes: a read-only one refuses writes, a read-write one keeps them on
 // the host, within its quota.
 func TestMounts(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	in, outDir := t.TempDir(), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(in, "data.csv"), []byte("a,b\n1,2\n"), 0o644))
 	ro, err := sandbox.HostDir(in)
@@ -288,7 +288,7 @@ func TestMounts(t *testing.T) {
 // call allocates a few MiB, not the file (it read the whole file, 900 MiB
 // per call, before it cut it).
 func TestReadOfAHugeSparseFile(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	vol, err := sandbox.HostDir(t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { vol.(io.Closer).Close() })
@@ -323,7 +323,7 @@ func TestReadOfAHugeSparseFile(t *testing.T) {
 // back in its result, as the code tool does: PNG as image content (byte
 // for byte), SVG as text, every new or changed file listed in the text.
 func TestRunAttachesImages(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()

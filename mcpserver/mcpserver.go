@@ -4,7 +4,7 @@
 // server was given. The command `fumehood mcp` runs it over stdio or HTTP;
 // a Go program can serve it on any transport of the MCP Go SDK:
 //
-//	py, _ := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+//	py, _ := sandbox.CompilePython(ctx, nil)
 //	srv, _ := mcpserver.New(py, &mcpserver.Options{SnapshotDir: dir})
 //	defer srv.Close()
 //	srv.MCP().Run(ctx, &mcpserver.IOTransport{Reader: os.Stdin, Writer: os.Stdout})
@@ -678,12 +678,8 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in run
 		return nil, runOutput{}, err
 	}
 	defer s.release(false)
-	// A throw-away session: a fresh interpreter from the base image. On
-	// the built guest a one-shot run starts from the same image and
-	// reports the same value; on the npm guest a session starts about
-	// ten times faster than a one-shot run (bench/README.md) and alone
-	// reports the value of the last expression. (Both report the
-	// exception the same way.)
+	// A throw-away session: a fresh interpreter from the base image that
+	// a one-shot run also starts from, reporting the same value.
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(nil))
 	if err != nil {
 		return nil, runOutput{}, err

@@ -27,7 +27,7 @@ import (
 // TestStreamableHTTP serves the tools over streamable HTTP and calls them
 // with the SDK's client.
 func TestStreamableHTTP(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 1})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -63,7 +63,7 @@ func TestStreamableHTTP(t *testing.T) {
 // to make room past MaxClients loses its sessions, as one idle past
 // IdleTimeout does, and their memory is released.
 func TestEvictedClientsSessionsClosed(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxClients: 1})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -153,7 +153,7 @@ func create(t *testing.T, cs *mcp.ClientSession) string {
 // under --timeout 3s); a fuel of 10**18 used to replace the default when
 // the server set none.
 func TestCallLimitsNeverRaise(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: time.Second}})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -215,7 +215,7 @@ func TestCallLimitsNeverRaise(t *testing.T) {
 // execute at once; the others wait for a slot. Twelve parallel calls used
 // to run at once whatever the server's bounds (5.6 GB with 200 MB each).
 func TestRunsBounded(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 2, MaxSessions: 2})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -260,7 +260,7 @@ func TestRunsBounded(t *testing.T) {
 // than MaxSessions sessions. Checking and adding used to be two steps:
 // parallel calls opened 21 and 40 sessions with a cap of 2.
 func TestSessionCreateAtomic(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 2})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -297,7 +297,7 @@ func TestSessionCreateAtomic(t *testing.T) {
 // a third of what a session and its restore cost); past it a call is
 // refused.
 func TestMemoryBudget(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	limits := sandbox.Limits{Memory: 64 << 20}
 	charge, err := (&sandbox.Config{Limits: limits}).SessionHostMemory()
 	require.NoError(t, err)
@@ -352,7 +352,7 @@ func TestMemoryBudget(t *testing.T) {
 // made: it gets the answer of an unknown session or snapshot. Both used to
 // share everything. When a client's MCP session ends, its sessions close.
 func TestClientsOwnTheirSessions(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 4, SnapshotDir: t.TempDir()})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -436,7 +436,7 @@ func valueOf(t *testing.T, res *mcp.CallToolResult) string {
 // most 6 × 1 KiB plus a few hundred bytes (6 texts of at most MaxOutput
 // bytes; escaping could make the JSON up to 6 times as long, not here).
 func TestOutputCapped(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	const limit = 1024
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit}})
 	require.NoError(t, err)
@@ -526,7 +526,7 @@ const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pro
 // transport ends the connection on the first such line (and `fumehood
 // mcp` exited with all its sessions).
 func TestIOTransportSkipsMalformedLines(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()
@@ -593,7 +593,7 @@ func TestIOTransportSkipsMalformedLines(t *testing.T) {
 // stopped the run, never because the guest exited with a limit's status
 // or printed a limit's words.
 func TestStoppedByIsTheHosts(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: 5 * time.Second}})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -624,7 +624,7 @@ func TestStoppedByIsTheHosts(t *testing.T) {
 // the run goes on, in run_python and session_run, at most MaxOutput bytes
 // of it; a client that does not ask gets none.
 func TestProgressStreamsOutput(t *testing.T) {
-	py := sandboxtest.PythonSessions(t)
+	py := sandboxtest.Python(t)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: 1000}})
 	require.NoError(t, err)
 	defer srv.Close()

@@ -13,7 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/cache"
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
@@ -21,8 +22,8 @@ import (
 //
 //	go test ./sandbox -run '^$' -bench . -benchtime 5x
 func loadPython(b *testing.B) []byte {
-	wasm, _, err := npm.Load(context.Background(), nil)
-	require.NoError(b, err, "the Python guest is needed; `make test` installs it")
+	wasm, _, err := cpython.Load(context.Background(), nil)
+	require.NoError(b, err, "the Python guest is needed; `make guest-build` builds it")
 	return wasm
 }
 
@@ -88,16 +89,20 @@ func BenchmarkRunPrint(b *testing.B) {
 // BenchmarkFuelOverhead compares with.
 func plainPython(b *testing.B, n int) *Guest {
 	ctx := context.Background()
-	dir, err := npm.CacheDir("")
+	dir, err := cache.Dir("")
 	require.NoError(b, err)
+	info, err := cpython.Built(nil)
+	require.NoError(b, err, "the Python guest is needed; `make guest-build` builds it")
 	store := pipeline.NewStore(filepath.Join(dir, "guests"))
-	d, ok := store.Lookup(npm.SourceSHA256, npm.Steps[:n])
-	require.True(b, ok, "the Python guest is needed; `make test` installs it")
+	d, ok := store.Lookup(info.WasmSHA256, cpython.Steps[:n])
+	require.True(b, ok, "the Python guest's preparation steps are not in the cache")
 	wasm, err := store.Get(d)
 	require.NoError(b, err)
 	g, err := compile(ctx, wasm, &Options{})
 	require.NoError(b, err)
-	g.python = true
+	g.stdlib, err = cpython.StdlibFS(ctx, nil)
+	require.NoError(b, err)
+	g.python, g.id, g.pyInfo = true, d, PythonInfo{Version: info.Python, SHA256: d}
 	return g
 }
 
@@ -126,11 +131,11 @@ func median(d []time.Duration) time.Duration {
 //	go test ./sandbox -run '^$' -bench FuelOverhead -benchtime 20x
 func BenchmarkFuelOverhead(b *testing.B) {
 	ctx := context.Background()
-	require.Equal(b, "strip-debug", npm.Steps[0].Name)
-	require.Equal(b, "fuel", npm.Steps[len(npm.Steps)-1].Name)
+	require.Equal(b, "strip-debug", cpython.Steps[0].Name)
+	require.Equal(b, "fuel", cpython.Steps[len(cpython.Steps)-1].Name)
 	plain := plainPython(b, 1)
 	defer plain.Close()
-	unmetered := plainPython(b, len(npm.Steps)-1)
+	unmetered := plainPython(b, len(cpython.Steps)-1)
 	defer unmetered.Close()
 	metered, err := CompilePython(ctx, nil)
 	require.NoError(b, err)

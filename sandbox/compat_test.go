@@ -26,7 +26,7 @@ func compatRun(t *testing.T, code string) (outs []string) {
 	require.NotNil(t, res)
 	require.NoError(t, err, "one-shot: %s", res.Stderr)
 	outs = append(outs, string(res.Stdout))
-	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, nil)
+	s, err := sandboxtest.Python(t).NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()
 	res, err = s.Run(ctx, code, nil)
@@ -189,7 +189,7 @@ func TestCompatTracebacks(t *testing.T) {
 	assert.Equal(t, "ModuleNotFoundError", exc.Type)
 	assert.Contains(t, exc.Traceback, "standard library only")
 
-	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, nil)
+	s, err := sandboxtest.Python(t).NewSession(ctx, nil)
 	require.NoError(t, err)
 	defer s.Close()
 	_, err = s.Run(ctx, "import pandas", nil)
@@ -202,7 +202,7 @@ func TestCompatTracebacks(t *testing.T) {
 // sys.path, after the script's directory, before the standard library.
 func TestSessionPythonPath(t *testing.T) {
 	ctx := context.Background()
-	s, err := sandboxtest.PythonSessions(t).NewSession(ctx, &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
+	s, err := sandboxtest.Python(t).NewSession(ctx, &sandbox.Config{Env: map[string]string{"PYTHONPATH": "/work/lib:/work/more"}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(ctx, `

@@ -24,7 +24,6 @@ type snippet struct {
 	name, category string
 	expect         string // "pass", "refuse" or "xfail"
 	reason         string // why an xfail snippet fails
-	xfailOn        string // the guest an xfail snippet fails on ("" for both)
 	runs           []string
 	output         string // pass, xfail: the exact stdout
 	errText        string // refuse: text the stderr holds
@@ -71,10 +70,6 @@ func loadCorpus(t *testing.T) []snippet {
 			if len(fields) > 2 {
 				cur.expect = fields[2]
 			}
-			if len(fields) > 3 && cur.expect == "xfail" {
-				cur.xfailOn = fields[3]
-				require.Contains(t, []string{sandbox.GuestBuilt, sandbox.GuestNPM}, cur.xfailOn, "corpus header %q", line)
-			}
 			if fields[1] == "refuse" {
 				cur.expect = "refuse"
 			}
@@ -114,7 +109,7 @@ func runSnippet(ctx context.Context, t *testing.T, sn snippet, session bool) cor
 	var stdout, stderr strings.Builder
 	var runErr error
 	if session {
-		s, err := sandboxtest.PythonSessions(t).NewSession(ctx, &sandbox.Config{Limits: cfg.Limits})
+		s, err := sandboxtest.Python(t).NewSession(ctx, &sandbox.Config{Limits: cfg.Limits})
 		require.NoError(t, err)
 		defer s.Close()
 		for _, code := range sn.runs {
@@ -169,12 +164,6 @@ func TestCorpus(t *testing.T) {
 	require.GreaterOrEqual(t, len(corpus), 80)
 	ctx := context.Background()
 	sandboxtest.Python(t)
-	guest := sandboxtest.Guest(t)
-	for i, sn := range corpus {
-		if sn.expect == "xfail" && sn.xfailOn != "" && sn.xfailOn != guest {
-			corpus[i].expect = "pass" // it fails on the other guest only
-		}
-	}
 	var mu sync.Mutex
 	results := map[string]corpusOutcome{}
 	t.Run("snippets", func(t *testing.T) {
@@ -227,8 +216,8 @@ func TestCorpus(t *testing.T) {
 		}
 	}
 	sort.Strings(xfails)
-	t.Logf("corpus on the %s guest: %d snippets; %d of %d runs not meant to be refused pass (%.1f%%); %d of %d refusals refused as expected",
-		guest, len(corpus), passed, total, 100*float64(passed)/float64(max(total, 1)), refused, refusals)
+	t.Logf("corpus: %d snippets; %d of %d runs not meant to be refused pass (%.1f%%); %d of %d refusals refused as expected",
+		len(corpus), passed, total, 100*float64(passed)/float64(max(total, 1)), refused, refusals)
 	for _, x := range xfails {
 		t.Logf("expected failure: %s", x)
 	}

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
@@ -13,12 +12,11 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
 
 // startupSource is fumehood's start-up code, run before the code of every
-// Python run (see startup.py); runnerSource runs a one-shot run's code.
+// Python run (see startup.py): it is in every image.
 var (
 	//go:embed startup.py
 	startupCore string
@@ -28,10 +26,6 @@ var (
 	startupThread string
 	//go:embed startup_pwd.py
 	startupPwd string
-	//go:embed runner.py
-	runnerSource string
-	//go:embed outcome_writer.py
-	outcomeWriterSource string
 
 	startupSource = startupLazy() + startupCore
 )
@@ -51,47 +45,17 @@ func startupLazy() string {
 	return "_fumehood_lazy = " + string(b) + "\n"
 }
 
-// oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
-// the start-up code and the runner, which name their functions' code
-// "<fumehood>" so that their frames are not mistaken for the user's code.
-const oneShotBootstrap = "exec(__import__('sys').argv[1])"
-
-// oneShotArgs are the interpreter's arguments for running code one-shot
-// under name (default "<string>") in a sandbox whose mounts quotas
-// describes (Sandbox.mountQuotas), before the program's own arguments.
-// The runner writes an exception's outcome at the guest path result, each
-// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go).
-//
-// -u: unbuffered, so output written before a stop is kept.
-// -B: never write .pyc files.
-func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
-	if name == "" {
-		name = "<string>"
-	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource}
-}
-
-//go:embed driver.py
-var driverOnly string
-
-// driverSource is what a session's interpreter runs: the start-up code
-// every Python run gets (startup.py), then the driver: how a request runs
-// (cpython.DriverRun, the built guest driver's), then its loop
-// (driver.py). The base image's cache name covers it (baseFileName).
-var driverSource = startupSource + cpython.DriverRun + driverOnly
-
-// controlPath is where a session's driver writes the outcome of each run:
-// an in-memory directory of fumehood's own. Mounts may not use it.
+// controlPath is an in-memory directory of fumehood's own in every Python
+// sandbox and session, emptied after each one-shot run. Mounts may not use
+// it. (The retired session build's driver wrote its outcomes there; the
+// images of every layout still have it, so that their cache keys and the
+// descriptors of existing snapshots stay what they were.)
 const controlPath = "/.fumehood"
-
-// driverArgs are the interpreter's arguments in a session.
-func driverArgs() []string { return []string{"python", "-u", "-B", "-c", driverSource} }
 
 // request is what the driver reads for one run.
 type request struct {
-	Code     *string           `json:"code,omitempty"`
+	Code     *pyText           `json:"code,omitempty"`
 	N        int64             `json:"n"`
-	Result   string            `json:"result"`
 	Seed     string            `json:"seed,omitempty"`
 	Env      map[string]string `json:"env"` // not omitempty: {} clears the base image's environment
 	MaxValue int               `json:"max_value"`
@@ -107,24 +71,55 @@ type request struct {
 	// Name names the code in tracebacks (default <run-N>), Argv is
 	// sys.argv, and Final runs atexit's functions after the code: a
 	// one-shot run from a pre-initialized image (runImage).
-	Name  string   `json:"name,omitempty"`
-	Argv  []string `json:"argv,omitempty"`
+	Name  pyText   `json:"name,omitempty"`
+	Argv  []pyText `json:"argv,omitempty"`
 	Final bool     `json:"final,omitempty"`
+}
+
+// pyText is a text of a request as Python's command line takes it: valid
+// UTF-8 as it is, and each byte that is not a surrogate escape (U+DC80 to
+// U+DCFF), which the driver's JSON decoder turns into the str that
+// `python -c` would have made of the same bytes. (encoding/json would make
+// each a U+FFFD.)
+type pyText string
+
+// MarshalJSON encodes t as a JSON string.
+func (t pyText) MarshalJSON() ([]byte, error) {
+	s := string(t)
+	if utf8.ValidString(s) {
+		return json.Marshal(s)
+	}
+	out := []byte{'"'}
+	for len(s) > 0 {
+		n := 0
+		for n < len(s) {
+			r, size := utf8.DecodeRuneInString(s[n:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			n += size
+		}
+		if n > 0 {
+			valid, err := json.Marshal(s[:n])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, valid[1:len(valid)-1]...)
+			s = s[n:]
+			continue
+		}
+		out = fmt.Appendf(out, `\u%04x`, 0xdc00+int(s[0]))
+		s = s[1:]
+	}
+	return append(out, '"'), nil
 }
 
 // request builds the driver's request for a run of code (nil: none) whose
 // texts are capped at maxOut, and its JSON.
 func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
-	req := request{Code: code, N: s.runs + 1, MaxValue: maxOut}
-	if !s.g.driver {
-		// The session driver writes the outcome to this file; the
-		// built guest's returns it through memory.
-		var nonce [8]byte
-		rand.Read(nonce[:])
-		req.Result = controlPath + "/result-" + hex.EncodeToString(nonce[:])
-	}
+	req := request{Code: (*pyText)(code), N: s.runs + 1, MaxValue: maxOut}
 	if s.sendEnv {
-		req.Argv = []string{"-c"} // as python -c has it
+		req.Argv = []pyText{"-c"} // as python -c has it
 		s.sb.setEnv(&req, s.env)
 	}
 	if s.sendEnv || s.reseed {
@@ -138,7 +133,7 @@ func (s *Session) request(code *string, maxOut int) (request, []byte, error) {
 			return req, nil, err
 		}
 	}
-	if s.g.driver && code != nil && !s.sendEnv && !s.reseed && utf8.ValidString(*code) {
+	if code != nil && !s.sendEnv && !s.reseed && utf8.ValidString(*code) {
 		// Code alone, as most runs send it: compact, which the driver
 		// reads without a JSON decoder (fhdriver.py).
 		body := strconv.AppendInt(nil, req.N, 10)

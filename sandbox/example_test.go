@@ -68,7 +68,7 @@ func ExampleGuest_Run_timeout() {
 
 func ExampleGuest_NewSession() {
 	ctx := context.Background()
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -196,7 +196,7 @@ func ExampleLimits() {
 
 func ExampleSession_Snapshot() {
 	ctx := context.Background()
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -233,7 +233,7 @@ func ExampleSession_Snapshot() {
 
 func ExampleSession_Fork() {
 	ctx := context.Background()
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/fumehood/fumehood/internal/hostchan"
 
@@ -183,10 +182,9 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		}
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
-	// A one-shot Python sandbox of a guest with the driver has its
-	// control directory where a session has it, so that both share the
-	// base image of their layout.
-	image := g.driver && !session
+	// A one-shot Python sandbox has its control directory where a
+	// session has it, so that both share the base image of their layout.
+	image := g.python && !session
 	if image {
 		mounts = append(mounts, Mount{Path: controlPath, FS: afero.NewMemMapFs(), Quota: controlQuota})
 	}
@@ -234,12 +232,6 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	fscfg, err = s.mountHost(&c, fscfg)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	if g.python && !session && !image {
-		// Last, so that the other preopens keep their descriptors.
-		if fscfg, err = s.mountControl(fscfg, uint64(len(mounts)+2)); err != nil {
-			return nil, fmt.Errorf("sandbox: control directory: %w", err)
-		}
 	}
 	sort.SliceStable(s.mounts, func(i, j int) bool { return len(s.mounts[i].path) > len(s.mounts[j].path) })
 	s.fscfg = fscfg.(wazero.FSConfig)
@@ -358,22 +350,13 @@ func (s *Sandbox) RunScript(ctx context.Context, name, code string, opts *RunOpt
 	if strings.IndexByte(name, 0) >= 0 {
 		return nil, errors.New("sandbox: the script name contains a NUL byte")
 	}
-	lim, err := s.limits.Lower(o0(opts).Limits)
-	if err != nil {
+	if _, err := s.limits.Lower(o0(opts).Limits); err != nil {
 		return nil, err
 	}
 	if err := checkArgs(args); err != nil {
 		return nil, err
 	}
-	if s.g.driver && validUTF8(code, name, args) {
-		return s.runImage(ctx, name, code, opts, args)
-	}
-	// The guest's _start: the npm guest, and source or arguments that are
-	// not UTF-8, which the request (JSON) cannot carry as they are and
-	// python's command line takes as surrogate escapes.
-	at := s.outcomePath()
-	res, err := s.exec(ctx, "python", append(oneShotArgs(code, name, s.quotas, at, lim.MaxOutput), args...), opts, true)
-	return s.takeOutcome(res, err, at, lim.MaxOutput)
+	return s.runImage(ctx, name, code, opts, args)
 }
 
 // Exec runs the guest's _start in the sandbox with args after the program
@@ -407,18 +390,4 @@ func (s *Sandbox) shut() *hostchan.Server {
 	}
 	s.closed, s.mounts = true, nil
 	return host
-}
-
-// validUTF8 reports whether the code, its name and its arguments are all
-// valid UTF-8.
-func validUTF8(code, name string, args []string) bool {
-	if !utf8.ValidString(code) || !utf8.ValidString(name) {
-		return false
-	}
-	for _, a := range args {
-		if !utf8.ValidString(a) {
-			return false
-		}
-	}
-	return true
 }

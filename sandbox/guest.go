@@ -1,6 +1,6 @@
 // Package sandbox runs untrusted code inside WebAssembly, in the caller's
-// own process: CPython (3.13, the guest fumehood builds, or 3.12, the npm
-// guest; see CompilePython) or any WASI preview 1 program.
+// own process: CPython 3.13, the guest fumehood builds (see CompilePython),
+// or any WASI preview 1 program.
 //
 // Compile a guest once and run it many times; a [Guest] is safe for
 // concurrent use:
@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -29,24 +28,22 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
-// ErrGuestNotInstalled reports that the Python guest is not in the cache.
-// Its message names the command that installs it.
-var ErrGuestNotInstalled = npm.ErrGuestNotInstalled
-
-// ErrGuestNotBuilt reports that GuestBuilt was asked for and the built guest
-// is not in the cache. Its message names the command that builds it.
+// ErrGuestNotBuilt reports that the Python guest (or the variant
+// Options.With asks for) is not built: not in the cache. Its message names
+// the command that builds it, `fumehood guest build` (or `fumehood guest
+// import` of a guest file built elsewhere).
 var ErrGuestNotBuilt = cpython.ErrNotBuilt
 
 // ErrUnknownPart reports an Options.With entry that is not an optional
-// part of the chosen guest.
+// part of the Python guest.
 var ErrUnknownPart = cpython.ErrUnknownPart
 
 // ErrInvalidModule reports bytes that are not a WebAssembly module wazero
@@ -64,31 +61,12 @@ var ErrClosed = errors.New("sandbox: closed")
 // Options configure how a guest is compiled. The zero value uses the
 // defaults.
 type Options struct {
-	// CacheDir holds installed guests and wazero's compilation cache. If
-	// empty, npm.CacheDir("") decides ($FUMEHOOD_CACHE_DIR or the
-	// user's cache directory).
+	// CacheDir holds built guests, base images and wazero's compilation
+	// cache. If empty, $FUMEHOOD_CACHE_DIR or the user's cache directory.
 	CacheDir string
-	// Install makes CompilePython install the Python guest when it is not
-	// in the cache, instead of returning ErrGuestNotInstalled.
-	Install bool
-	// Progress is told how an installation proceeds.
+	// Progress is told how the loading of a guest proceeds (the
+	// preparation of a built guest whose preparation steps changed).
 	Progress func(Progress)
-	// Sessions makes CompilePython load a guest that Guest.NewSession
-	// can use. The built guest needs nothing more: its one build has the
-	// driver's entry points, and its sessions, like its one-shot runs,
-	// start from pre-initialized images, whatever Sessions says. For the
-	// npm guest it compiles the session build: CPython prepared so that it
-	// can pause between runs (asyncify, by Binaryen's wasm-opt; `fumehood
-	// guest install --session` prepares it), which runs code 25-50% slower
-	// than the plain build, so ask for it only where sessions are used.
-	// With Sessions, CompilePython also reads the cached base image of
-	// sessions without mounts while it compiles (about 10 MB, kept for the
-	// first NewSession or run).
-	Sessions bool
-	// Guest chooses the Python guest CompilePython loads: GuestBuilt,
-	// GuestNPM, or empty for $FUMEHOOD_GUEST (GuestEnv) or, without it, the
-	// built guest where it is built and the npm guest elsewhere.
-	Guest string
 	// OnRun, if set, is told of every run of the guest's sandboxes and
 	// sessions when it ends, on the run's goroutine: a hook for an
 	// embedder's metrics or logs (OpenTelemetry, slog, Prometheus). It
@@ -96,8 +74,7 @@ type Options struct {
 	OnRun func(RunEvent)
 	// With asks for the variant of the built guest with these optional
 	// parts compiled in: "numpy" (numpy 2.2.5, built by `fumehood guest
-	// build --with numpy`). It implies GuestBuilt; the npm guest has no
-	// parts (ErrUnknownPart). A variant that is not built is an error
+	// build --with numpy`). A variant that is not built is an error
 	// matching ErrGuestNotBuilt that names its build command.
 	With []string
 }
@@ -115,9 +92,6 @@ type Guest struct {
 	minMemory  int64        // the memory the guest declares it needs to start
 	stack      stackPointer // where the guest keeps its C stack pointer, if it does
 	closed     atomic.Bool
-	sessions   bool                     // NewSession works: the session build, or driver
-	driver     bool                     // the guest has the driver's entry points: runs start from images
-	globals    []string                 // the exported mutable globals but fuel
 	bases      baseImages               // session base images, by mount layout
 	cacheDir   string                   // where base images are kept between processes
 	prefetched atomic.Pointer[prefetch] // the default layout's base image, being read
@@ -130,27 +104,6 @@ type Guest struct {
 	closeErr  error
 }
 
-// The Python guests CompilePython can load (Options.Guest, Guest.Python).
-const (
-	// GuestBuilt is the project's own CPython 3.13 guest, built by
-	// `fumehood guest build` (package internal/guests/cpython), with its standard
-	// library mounted read-only at /usr.
-	GuestBuilt = "built"
-	// GuestNPM is the CPython 3.12 guest of an npm package, installed by
-	// `fumehood guest install` (package internal/guests/npm): the fallback that
-	// needs no toolchain.
-	GuestNPM = "npm"
-)
-
-// GuestEnv is the environment variable that chooses the Python guest when
-// Options.Guest is empty: GuestBuilt or GuestNPM; unset (or "auto") means
-// the built guest where it is built, else the npm guest.
-const GuestEnv = "FUMEHOOD_GUEST"
-
-// ErrUnknownGuest reports an Options.Guest (or $FUMEHOOD_GUEST) that names
-// no Python guest.
-var ErrUnknownGuest = errors.New("sandbox: unknown Python guest")
-
 // stdlibPath is where a sandbox of the built guest mounts its standard
 // library, read-only and shared by every sandbox of the process. Mounts may
 // not use it.
@@ -158,14 +111,10 @@ const stdlibPath = cpython.StdlibMountPath
 
 // PythonInfo says which Python guest a Guest is.
 type PythonInfo struct {
-	// Guest is GuestBuilt or GuestNPM.
-	Guest string
 	// Version is the CPython version, such as "3.13.5".
 	Version string
 	// SHA256 is the digest of the compiled binary (Guest.ID).
 	SHA256 string
-	// Sessions reports the session build.
-	Sessions bool
 	// With lists the optional parts built into the guest (Options.With),
 	// sorted, such as ["numpy"]; empty for the default guest.
 	With []string
@@ -175,77 +124,28 @@ type PythonInfo struct {
 // that is not Python.
 func (g *Guest) Python() PythonInfo { return g.pyInfo }
 
-// ChooseGuest returns the Python guest CompilePython loads for opts:
-// opts.Guest, else $FUMEHOOD_GUEST, else GuestBuilt if the built guest is in
-// the cache and GuestNPM if not; always GuestBuilt when opts.With names
-// optional parts, which only the built guest has (ErrUnknownPart if opts
-// or $FUMEHOOD_GUEST ask for the npm guest). It reads only the built
-// guest's manifest.
-func ChooseGuest(opts *Options) (string, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
-	kind := opts.Guest
-	if kind == "" {
-		kind = os.Getenv(GuestEnv)
-	}
-	switch kind {
-	case GuestNPM:
-		if len(opts.With) > 0 {
-			return "", fmt.Errorf("%w: the npm guest has none (With %q): use the built guest", ErrUnknownPart, opts.With)
-		}
-		return kind, nil
-	case GuestBuilt:
-		return kind, nil
-	case "", "auto":
-		if len(opts.With) > 0 {
-			return GuestBuilt, nil
-		}
-		if _, err := cpython.Built(&cpython.Options{CacheDir: opts.CacheDir}); err == nil {
-			return GuestBuilt, nil
-		}
-		return GuestNPM, nil
-	}
-	return "", fmt.Errorf("%w %q (want %q or %q)", ErrUnknownGuest, kind, GuestBuilt, GuestNPM)
-}
-
-// CompilePython compiles a Python guest: the one opts.Guest names, else the
-// built guest (GuestBuilt) where it is built, else the npm guest
-// (GuestNPM); Guest.Python says which. If the npm guest is not installed it
-// returns an error matching ErrGuestNotInstalled, unless opts.Install is
-// set; the built guest, when asked for and not built, an error matching
-// ErrGuestNotBuilt.
+// CompilePython compiles the Python guest: CPython 3.13, built by
+// `fumehood guest build` (or imported by `fumehood guest import`), or its
+// variant with opts.With. One that is not built is an error matching
+// ErrGuestNotBuilt that names the command. Every run of the guest, one-shot
+// or in a session, starts from a pre-initialized image through the
+// driver's entry points; CompilePython starts reading the cached image of
+// the default layout while it compiles (about 10 MB, kept for the first
+// run or session).
 func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	kind, err := ChooseGuest(opts)
+	l, err := loadBuilt(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	// A one-shot build loaded without installing (what the CLI's run
-	// does) is a mapping of the cache.
-	mapped := !opts.Sessions && !opts.Install
-	load := loadNPM
-	if kind == GuestBuilt {
-		load, mapped = loadBuilt, !opts.Install
-	}
-	l, err := load(ctx, opts, mapped)
-	if err != nil {
-		return nil, err
-	}
-	// The built guest has the driver's entry points (cpython.HasDriver):
-	// its runs and sessions start from images, and its one build serves
-	// both.
-	driver := kind == GuestBuilt
-	info := PythonInfo{Guest: kind, Version: l.version, SHA256: l.sha256, Sessions: opts.Sessions || driver, With: l.with}
+	info := PythonInfo{Version: l.version, SHA256: l.sha256, With: l.with}
 	var pre *prefetch
-	if info.Sessions {
-		if dir, err := npm.CacheDir(opts.CacheDir); err == nil {
-			pre = startPrefetch(baseFileName(dir, info.SHA256, sessionSourceFor(driver, l.with), defaultLayout))
-		}
+	if dir, err := cache.Dir(opts.CacheDir); err == nil {
+		pre = startPrefetch(baseFileName(dir, info.SHA256, sessionSourceFor(l.with), defaultLayout))
 	}
-	// The prepared guest is fuel-instrumented by the pipeline (npm.Steps).
+	// The prepared guest is fuel-instrumented by the pipeline (cpython.Steps).
 	g, err := compileMapped(ctx, l.wasm, opts, l.done)
 	if err != nil {
 		return nil, err
@@ -254,18 +154,10 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	g.id = info.SHA256
 	g.pyInfo = info
 	g.stdlib = l.stdlib
-	if driver && !cpython.HasDriver(g.compiled) {
+	if !cpython.HasDriver(g.compiled) {
 		g.Close()
 		return nil, fmt.Errorf("%w: the built guest exports no driver entry points (rebuild it: %s)", ErrInvalidModule, cpython.BuildCommand)
 	}
-	g.driver = driver
-	if opts.Sessions && !driver {
-		if err := g.sessionGlobals(l.wasm); err != nil {
-			g.Close()
-			return nil, err
-		}
-	}
-	g.sessions = info.Sessions
 	g.prefetched.Store(pre)
 	g.onRun = opts.OnRun
 	return g, nil
@@ -276,23 +168,17 @@ type loaded struct {
 	wasm    []byte
 	sha256  string
 	version string
-	stdlib  afero.Fs     // the built guest's standard library; nil for the npm guest
+	stdlib  afero.Fs     // the guest's standard library
 	with    []string     // the built guest's optional parts (Info.With)
 	done    func() error // releases wasm when it is a mapping of the cache
 }
 
-// loadBuilt loads the built guest, or its variant with opts.With; mapped
-// maps it from the cache instead of reading it. Its one build serves
-// sessions too: they start from its images through the driver's entry
-// points, with no asyncify.
-func loadBuilt(ctx context.Context, opts *Options, mapped bool) (l loaded, err error) {
+// loadBuilt maps the built guest, or its variant with opts.With, from the
+// cache.
+func loadBuilt(ctx context.Context, opts *Options) (l loaded, err error) {
 	copts := &cpython.Options{CacheDir: opts.CacheDir, Progress: opts.progress(), With: opts.With}
 	var built cpython.Info
-	if mapped {
-		l.wasm, built, l.done, err = cpython.Open(ctx, copts)
-	} else {
-		l.wasm, built, err = cpython.Load(ctx, copts)
-	}
+	l.wasm, built, l.done, err = cpython.Open(ctx, copts)
 	l.sha256 = built.PreparedSHA256
 	if err != nil {
 		return l, err
@@ -305,29 +191,6 @@ func loadBuilt(ctx context.Context, opts *Options, mapped bool) (l loaded, err e
 	}
 	l.version, l.with = built.Python, built.With
 	return l, nil
-}
-
-// loadNPM loads the npm guest as loadBuilt loads the built one.
-func loadNPM(ctx context.Context, opts *Options, mapped bool) (l loaded, err error) {
-	popts := &npm.Options{CacheDir: opts.CacheDir, Progress: opts.progress()}
-	load := npm.Load
-	if opts.Install {
-		load = npm.Ensure
-	}
-	if opts.Sessions {
-		load = npm.LoadSession
-		if opts.Install {
-			load = npm.EnsureSession
-		}
-	}
-	var build npm.Build
-	if mapped {
-		l.wasm, build, l.done, err = npm.Open(ctx, popts)
-	} else {
-		l.wasm, build, err = load(ctx, popts)
-	}
-	l.sha256, l.version = build.SHA256, npm.Version
-	return l, err
 }
 
 // Compile compiles a WASI preview 1 program. The module may import only
@@ -366,7 +229,7 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 }
 
 // compileMapped compiles wasm as compile does. If done is set, wasm is a
-// mapping of the cache (npm.Open, cpython.Open): a fault reading it (its
+// mapping of the cache (cpython.Open): a fault reading it (its
 // file truncated meanwhile) is an error (pipeline.SafeCopy), and
 // done, called once wazero has read it (wazero v1.12 copies what it keeps
 // of a module while decoding it), unmaps it and reports a file that changed
@@ -403,7 +266,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
-	dir, err := npm.CacheDir(opts.CacheDir)
+	dir, err := cache.Dir(opts.CacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -479,28 +342,6 @@ func memoryLayout(wasm []byte) (int64, stackPointer, error) {
 	return int64(pages) << 16, stack, nil
 }
 
-// sessionGlobals records the mutable globals a session's state holds:
-// every one the build exports, but the fuel meter, which each run sets.
-func (g *Guest) sessionGlobals(wasm []byte) error {
-	m, err := wasmbin.Parse(wasm)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
-	}
-	globals, err := wasmbin.MutableGlobals(m)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidModule, err)
-	}
-	for _, gl := range globals {
-		if gl.Export == "" {
-			return fmt.Errorf("%w: the session build does not export mutable global %d", ErrInvalidModule, gl.Index)
-		}
-		if gl.Export != fuel.GlobalName {
-			g.globals = append(g.globals, gl.Export)
-		}
-	}
-	return nil
-}
-
 // ID identifies the guest build: the SHA-256 of the binary that was compiled.
 func (g *Guest) ID() string { return g.id }
 
@@ -525,23 +366,21 @@ func (g *Guest) Close() error {
 
 func (g *Guest) isClosed() bool { return g.closed.Load() }
 
-// Progress reports how the installation or preparation of a guest
-// proceeds, to Options.Progress.
+// Progress reports how the preparation of a guest proceeds, to
+// Options.Progress.
 type Progress struct {
-	// Stage is "download", "verify", "extract" (installing the npm
-	// guest), "fetch", "build" (building our own) or "prepare".
+	// Stage is "prepare" (or "fetch" and "build" while a guest is built).
 	Stage string
-	// Step names the preparation step during the "prepare" stage.
+	// Step names the step of the stage.
 	Step string
-	// Done and Total count bytes during "download" (Total is -1 if
-	// unknown), and steps during "prepare".
+	// Done and Total count the stage's steps.
 	Done, Total int64
 }
 
 // progress adapts Options.Progress to the providers' callback.
-func (o *Options) progress() func(npm.Progress) {
+func (o *Options) progress() func(cache.Progress) {
 	if o.Progress == nil {
 		return nil
 	}
-	return func(p npm.Progress) { o.Progress(Progress(p)) }
+	return func(p cache.Progress) { o.Progress(Progress(p)) }
 }

@@ -96,12 +96,6 @@ func TestCompileRejectsBadModules(t *testing.T) {
 	}
 }
 
-func TestCompilePythonNotInstalled(t *testing.T) {
-	_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: t.TempDir(), Guest: sandbox.GuestNPM})
-	require.ErrorIs(t, err, sandbox.ErrGuestNotInstalled)
-	assert.Contains(t, err.Error(), "fumehood guest install")
-}
-
 func TestClosedGuest(t *testing.T) {
 	g, err := sandbox.Compile(context.Background(), testenv.BuildGo(t, "guests/testguest"), nil)
 	require.NoError(t, err)

@@ -379,7 +379,7 @@ func TestSessionHostCallsAndNetwork(t *testing.T) {
 	assert.Equal(t, "7", run(t, f, "fumehood.call('add', A=3, B=4)").Value)
 
 	// Without host functions, the layout differs.
-	_, err = sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
+	_, err = sandboxtest.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), nil)
 	assert.ErrorIs(t, err, sandbox.ErrSnapshotLayout)
 }
 

@@ -135,7 +135,7 @@ attempt("fork", lambda: os.fork())
 attempt("exec", lambda: os.execv("/bin/sh", ["sh"]))
 attempt("kill", lambda: os.kill(1, 9))
 attempt("ctypes", lambda: __import__("ctypes"))
-try:  # the npm guest has no multiprocessing, the built guest no process to start
+try:  # no process to start
     import multiprocessing
     multiprocessing.Process(target=print).start()
     print("multiprocessing started")

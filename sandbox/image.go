@@ -33,23 +33,16 @@ const pageSize = snapshot.PageSize
 // wasmPage is the unit in which linear memory grows.
 const wasmPage = 65536
 
-// asyncBufSize is the size of the asyncify data buffer: one wasm page,
-// grown at the first pause. The unwind of the session driver needs well
-// under 1 KiB of it.
-const asyncBufSize = wasmPage
-
-// baseImage is a session's interpreter right after start-up: CPython
-// started, the driver loaded and paused waiting for its first request. It
+// baseImage is an interpreter right after start-up: CPython started and
+// the driver loaded (fumehood_init), idle until its first request. It
 // is taken once per guest and mount layout, deterministically (fixed clock,
 // seeded randomness, PYTHONHASHSEED=0), so that every process builds the
 // same one and snapshots can store only the pages that differ from it.
 type baseImage struct {
-	layout  string
-	digest  string   // SHA-256 of the memory and globals
-	size    int      // the memory's size in bytes
-	pages   [][]byte // its pages at the first pause (nil: zeros); never written
-	globals []uint64 // in the order of Guest.globals
-	buf     uint32   // address of the asyncify buffer
+	layout string
+	digest string   // SHA-256 of the memory
+	size   int      // the memory's size in bytes
+	pages  [][]byte // its pages after fumehood_init (nil: zeros); never written
 	// fresh lists the pages that differ from the memory of a freshly
 	// instantiated module, which are all a restore must write.
 	fresh []uint32
@@ -88,20 +81,19 @@ var zeroPage = make([]byte, pageSize)
 // Pages the checkpoint allocated itself (or a resume decoded into it)
 // since it was last shared (owned) are updated in place.
 type checkpoint struct {
-	size    uint64   // memory size in bytes
-	pages   [][]byte // nil where the page equals the base image's
-	owned   []bool   // pages[i] is this checkpoint's alone
-	globals []uint64
-	packed  *packed // while hibernating: the pages, compressed (pack.go)
+	size   uint64   // memory size in bytes
+	pages  [][]byte // nil where the page equals the base image's
+	owned  []bool   // pages[i] is this checkpoint's alone
+	packed *packed  // while hibernating: the pages, compressed (pack.go)
 }
 
-// update records mem's pages and the globals as the new checkpoint. The
+// update records mem's pages as the new checkpoint. The
 // first dead pages are left as they were: a stack that is empty between
 // runs (see Guest.deadStack). Pages marked in zero (which may be nil) are
 // known to hold zeros without reading them (unpopulated): reading would
 // make the kernel allocate them.
-func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead int, zero []bool) {
-	n := c.resize(mem, globals)
+func (c *checkpoint) update(base *baseImage, mem []byte, dead int, zero []bool) {
+	n := c.resize(mem)
 	for i := min(dead, n); i < n; i++ {
 		cur := mem[i*pageSize : (i+1)*pageSize]
 		if i < len(zero) && zero[i] {
@@ -114,8 +106,8 @@ func (c *checkpoint) update(base *baseImage, mem []byte, globals []uint64, dead 
 // updateWritten is update when the checkpoint holds mem but for the
 // pages listed in written (the pages written since it was last updated):
 // only those are compared.
-func (c *checkpoint) updateWritten(base *baseImage, mem []byte, globals []uint64, dead int, written []uint32) {
-	n := c.resize(mem, globals)
+func (c *checkpoint) updateWritten(base *baseImage, mem []byte, dead int, written []uint32) {
+	n := c.resize(mem)
 	for _, i := range written {
 		if int(i) >= dead && int(i) < n {
 			c.updatePage(base, mem[int(i)*pageSize:(int(i)+1)*pageSize], int(i))
@@ -123,10 +115,10 @@ func (c *checkpoint) updateWritten(base *baseImage, mem []byte, globals []uint64
 	}
 }
 
-// resize fits the page table to mem, records its size and the globals,
+// resize fits the page table to mem, records its size,
 // and returns its number of pages. Pages it adds equal the base's (or
 // zeros past it), as memory grown since does where it was not written.
-func (c *checkpoint) resize(mem []byte, globals []uint64) int {
+func (c *checkpoint) resize(mem []byte) int {
 	n := len(mem) / pageSize
 	if len(c.pages) < n {
 		c.pages = append(c.pages, make([][]byte, n-len(c.pages))...)
@@ -136,7 +128,6 @@ func (c *checkpoint) resize(mem []byte, globals []uint64) int {
 		c.owned = append(c.owned, make([]bool, n-len(c.owned))...)
 	}
 	c.size = uint64(len(mem))
-	c.globals = append(c.globals[:0], globals...)
 	return n
 }
 
@@ -167,13 +158,13 @@ func (c *checkpoint) share() { clear(c.owned) }
 // now on.
 func (c *checkpoint) clone() *checkpoint {
 	c.share()
-	return &checkpoint{size: c.size, pages: append([][]byte(nil), c.pages...), globals: append([]uint64(nil), c.globals...)}
+	return &checkpoint{size: c.size, pages: append([][]byte(nil), c.pages...)}
 }
 
 // restore writes the checkpoint into the memory of a freshly instantiated
 // module: the pages where the base differs from a fresh memory, then the
 // checkpoint's own pages.
-func (c *checkpoint) restore(base *baseImage, mod api.Module, lm func() []byte, globals []string) error {
+func (c *checkpoint) restore(base *baseImage, mod api.Module, lm func() []byte) error {
 	mem := mod.Memory()
 	if mem == nil {
 		return fmt.Errorf("sandbox: the guest has no memory")
@@ -199,42 +190,17 @@ func (c *checkpoint) restore(base *baseImage, mod api.Module, lm func() []byte, 
 			copy(buf[i*pageSize:], p)
 		}
 	}
-	return setGlobals(mod, globals, c.globals)
-}
-
-func setGlobals(mod api.Module, names []string, values []uint64) error {
-	if len(values) != len(names) {
-		return fmt.Errorf("sandbox: %d global values for %d globals", len(values), len(names))
-	}
-	for i, name := range names {
-		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)
-		if !ok {
-			return fmt.Errorf("sandbox: the guest exports no mutable global %s", name)
-		}
-		g.Set(values[i])
-	}
 	return nil
 }
 
-func getGlobals(mod api.Module, names []string) []uint64 {
-	out := make([]uint64, len(names))
-	for i, name := range names {
-		out[i] = mod.ExportedGlobal(name).Get()
-	}
-	return out
-}
-
-// digestImage identifies a base image by its content.
-func digestImage(mem []byte, globals []uint64, buf uint32) string {
+// digestImage identifies a base image by its content: its memory, then
+// four zero bytes (where images of the retired session build had the
+// address of their pause buffer), so that the digests of the images in
+// existing caches and snapshots stay what they were.
+func digestImage(mem []byte) string {
 	h := sha256.New()
 	h.Write(mem)
-	var b [8]byte
-	for _, g := range globals {
-		binary.LittleEndian.PutUint64(b[:], g)
-		h.Write(b[:])
-	}
-	binary.LittleEndian.PutUint32(b[:4], buf)
-	h.Write(b[:4])
+	h.Write(make([]byte, 4))
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -486,12 +452,9 @@ func readBase(file string) (*snapshot.Snapshot, error) {
 // saveBase writes a base image in the snapshot format: its non-zero pages.
 func (g *Guest) saveBase(file string, b *baseImage, layout []snapshot.Mount) error {
 	snap := &snapshot.Snapshot{Header: snapshot.Header{
-		Guest: g.id, Base: b.digest, MemorySize: uint64(b.size), AsyncifyBuffer: b.buf,
+		Guest: g.id, Base: b.digest, MemorySize: uint64(b.size),
 		Args: snapshotArgs, Mounts: layout,
 	}}
-	for i, v := range b.globals {
-		snap.Header.Globals = append(snap.Header.Globals, snapshot.Global{Name: g.globals[i], Value: v})
-	}
 	for i, p := range b.pages {
 		if p != nil {
 			snap.Pages = append(snap.Pages, snapshot.Page{Index: uint32(i), Data: p})
@@ -535,7 +498,10 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 		return nil, err
 	}
 	h := &snap.Header
-	if h.Guest != g.id || layoutKey(h.Mounts) != layoutKey(layout) || len(h.Globals) != len(g.globals) {
+	if err := checkRetired(h); err != nil {
+		return nil, err
+	}
+	if h.Guest != g.id || layoutKey(h.Mounts) != layoutKey(layout) {
 		return nil, errors.New("sandbox: cached base image of another build")
 	}
 	if h.MemorySize > DefaultMemoryLimit {
@@ -543,15 +509,12 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 		// and allocating its memory would cost more than any session may.
 		return nil, fmt.Errorf("sandbox: cached base image of %d bytes, over the memory limit", h.MemorySize)
 	}
-	b := &baseImage{layout: layoutKey(layout), size: int(h.MemorySize), pages: make([][]byte, h.MemorySize/pageSize), buf: h.AsyncifyBuffer}
+	b := &baseImage{layout: layoutKey(layout), size: int(h.MemorySize), pages: make([][]byte, h.MemorySize/pageSize)}
 	for _, p := range snap.Pages {
 		if int(p.Index) >= len(b.pages) || len(p.Data) != pageSize {
 			return nil, fmt.Errorf("sandbox: cached base image with page %d outside its memory", p.Index)
 		}
 		b.pages[p.Index] = p.Data // the decoder's own buffer, never written
-	}
-	for _, gl := range h.Globals {
-		b.globals = append(b.globals, gl.Value)
 	}
 	// The snapshot's checksum vouches for the content, so the digest is
 	// taken as written rather than computed again (25 ms).
@@ -569,7 +532,7 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 
 // buildBase starts the interpreter in a stand-in of the layout (empty
 // in-memory filesystems at the same paths), deterministically, and keeps
-// its state at the driver's first read.
+// its state once fumehood_init has returned.
 func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseImage, error) {
 	var mounts, others []Mount
 	for _, m := range layout {
@@ -602,7 +565,7 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 	}
 	var in *instance
 	clock := &sessionClock{in: &in}
-	in, err = g.newInstance(ctx, sb.fscfg, clock, seededRand(0), map[string]string{"PYTHONHASHSEED": "0"}, driverArgs(), DefaultMemoryLimit, 0)
+	in, err = g.newInstance(ctx, sb.fscfg, clock, seededRand(0), map[string]string{"PYTHONHASHSEED": "0"}, DefaultMemoryLimit, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -611,18 +574,12 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 	r.setClocks(ctx, true, 0, nil)
 	var stderr bytes.Buffer
 	in.stderr.w = &stderr
-	if g.driver {
-		err = in.initDriver(ctx, r, DefaultFuel, &sb.errno, g.sessionSource())
-	} else {
-		err = in.call(ctx, r, DefaultFuel, &sb.errno, false)
-	}
-	if err != nil {
+	if err := in.initDriver(ctx, r, DefaultFuel, &sb.errno, g.sessionSource()); err != nil {
 		return nil, fmt.Errorf("sandbox: starting the session interpreter: %w (stderr: %q)", err, stderr.String())
 	}
 	mem := in.linear()
-	globals := getGlobals(in.mod, g.globals)
-	b := &baseImage{layout: layoutKey(layout), size: len(mem), pages: sparsePages(mem), globals: globals, buf: in.buf}
-	b.digest = digestImage(mem, globals, in.buf)
+	b := &baseImage{layout: layoutKey(layout), size: len(mem), pages: sparsePages(mem)}
+	b.digest = digestImage(mem)
 
 	if err := g.freshPages(ctx, b); err != nil {
 		return nil, err
@@ -634,7 +591,7 @@ func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseIm
 // image differs from the memory of a freshly instantiated module.
 func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
 	var in *instance
-	fresh, err := g.newInstance(ctx, wazero.NewFSConfig(), &sessionClock{in: &in}, seededRand(0), nil, driverArgs(), DefaultMemoryLimit, 0)
+	fresh, err := g.newInstance(ctx, wazero.NewFSConfig(), &sessionClock{in: &in}, seededRand(0), nil, DefaultMemoryLimit, 0)
 	if err != nil {
 		return err
 	}
@@ -659,10 +616,9 @@ func (g *Guest) freshPages(ctx context.Context, b *baseImage) error {
 // well-defined program reads before writing. A checkpoint does not compare
 // those pages (8 MiB of the built guest's 20: the largest part of what
 // every run's checkpoint reads), and a rollback, fork or resume gets the
-// base image's. For other guests it is 0: a paused session's stack is
-// alive.
+// base image's. It is 0 for a build whose stack is not first.
 func (g *Guest) deadStack() int {
-	if !g.driver || !g.stack.ok || !g.stack.first {
+	if !g.stack.ok || !g.stack.first {
 		return 0
 	}
 	return int(g.stack.top / pageSize)

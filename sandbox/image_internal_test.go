@@ -18,7 +18,7 @@ import (
 
 // builtGuest compiles the built guest for one test, or skips it.
 func builtGuest(t testing.TB) *Guest {
-	g, err := CompilePython(context.Background(), &Options{Guest: GuestBuilt})
+	g, err := CompilePython(context.Background(), nil)
 	if err != nil {
 		t.Skipf("the built guest is needed: %v", err)
 	}
@@ -80,7 +80,7 @@ func TestMemoryPoolGivesZeroedMemory(t *testing.T) {
 	defer sb.Close()
 	fresh := func() *instance {
 		var in *instance
-		in, err := g.newInstance(ctx, sb.fscfg, &sessionClock{in: &in}, seededRand(0), nil, []string{"python"}, DefaultMemoryLimit, 0)
+		in, err := g.newInstance(ctx, sb.fscfg, &sessionClock{in: &in}, seededRand(0), nil, DefaultMemoryLimit, 0)
 		require.NoError(t, err)
 		return in
 	}
@@ -273,4 +273,28 @@ func TestLayoutsOnDiskBounded(t *testing.T) {
 	require.NoError(t, err)
 	defer r.Close()
 	assert.Equal(t, "41", eval(r, "x"))
+}
+
+// TestBaseImageOfRetiredBuildRefused: a cached base image of the retired
+// asyncify session build (a pause buffer, mutable globals) is refused as
+// from a build that no longer exists, even under this guest's ID.
+func TestBaseImageOfRetiredBuildRefused(t *testing.T) {
+	g := builtGuest(t)
+	ctx := context.Background()
+	layout := []snapshot.Mount{{Path: "/", InMemory: true}}
+	for name, h := range map[string]snapshot.Header{
+		"pause buffer": {Guest: g.id, Base: "b", MemorySize: 1 << 20, AsyncifyBuffer: 1 << 16, Args: snapshotArgs, Mounts: layout},
+		"globals": {Guest: g.id, Base: "b", MemorySize: 1 << 20, Args: snapshotArgs, Mounts: layout,
+			Globals: []snapshot.Global{{Name: "fumehood_global_0", Value: 1}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "base")
+			var buf bytes.Buffer
+			require.NoError(t, snapshot.Encode(&buf, &snapshot.Snapshot{Header: h}))
+			require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o644))
+			_, err := g.loadBase(ctx, file, layout)
+			require.ErrorIs(t, err, ErrSnapshotGuest)
+			assert.ErrorContains(t, err, "a build that no longer exists")
+		})
+	}
 }

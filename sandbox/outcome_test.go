@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/sandbox"
-	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // requireBounded checks that every text of a session run's Result is at
@@ -75,13 +74,9 @@ func TestSessionOutcomeCappedByTheHost(t *testing.T) {
 		assert.False(t, exc.Truncated)
 	})
 
-	// The driver's request says where it cuts texts: the code raises it
-	// (the built guest's driver has read it by then: the code turns the
-	// cut off).
-	raise := "import sys\nsys._getframe(2).f_locals['req']['max_value'] = 10**9\n"
-	if sandboxtest.Guest(t) == sandbox.GuestBuilt {
-		raise = "import sys\nsys._getframe(2).f_locals['n'] = None\n"
-	}
+	// The driver's request says where it cuts texts: the driver has read
+	// it by then, and the code turns the cut off.
+	raise := "import sys\nsys._getframe(2).f_locals['n'] = None\n"
 	t.Run("value after the request is edited", func(t *testing.T) {
 		res, err := s.Run(ctx, raise+"'v' * 30_000_000", cfg)
 		require.NoError(t, err)
@@ -118,26 +113,11 @@ func TestSessionOutcomeCappedByTheHost(t *testing.T) {
 		assert.True(t, exc.Truncated)
 	})
 
-	// The code writes the outcome files itself and sends the driver's
-	// elsewhere.
+	// The code forges the outcome: the driver returns it through memory,
+	// where the code fills it with texts past the cap and turns the
+	// guest's cut off.
 	t.Run("forged outcome", func(t *testing.T) {
-		// The session driver writes files; the built guest's driver
-		// returns the outcome through memory, where the code fills it
-		// with texts past the cap and turns the guest's cut off.
 		big, huge := `import sys
-req = sys._getframe(2).f_locals['req']
-real, req['result'] = req['result'], '/tmp/elsewhere'
-big = "f" * 15_000_000  # four of them fit the control quota
-for ext in ('.value', '.type', '.message', '.traceback'):
-    with open(real + ext, 'w') as f: f.write(big)
-with open(real, 'w') as f: f.write('{"value": true, "exception": true}')
-`, `import sys
-req = sys._getframe(2).f_locals['req']
-real, req['result'] = req['result'], '/tmp/elsewhere'
-with open(real, 'w') as f: f.write('{"value": "' + 'f' * 30_000_000 + '"}')
-`
-		if sandboxtest.Guest(t) == sandbox.GuestBuilt {
-			big, huge = `import sys
 sys._getframe(2).f_locals['n'] = None
 out = sys._getframe(1).f_locals['out']
 big = "f" * 15_000_000
@@ -145,7 +125,6 @@ out.update(value=big, type=big, message=big, traceback=big)
 `, `import sys
 sys._getframe(1).f_locals['out']['exit'] = 'f' * 30_000_000
 `
-		}
 		res, err := s.Run(ctx, big, cfg)
 		requireBounded(t, res, err, limit)
 		require.ErrorAs(t, err, new(*sandbox.Exception))

@@ -15,15 +15,14 @@ import (
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
 
-// A guest with the driver's entry points (the built guest; see
-// internal/guests/cpython/preinit.go) runs every Python run from a
-// pre-initialized image: fumehood_init starts the interpreter once per
-// guest and mount layout, deterministically, and its memory is the image
-// (baseImage, with no globals and no pause buffer). A run is a new
-// instance given the image's pages and one fumehood_exec call; a session
-// is such an instance kept between runs, idle rather than paused, so the
-// guest needs no asyncify. The request and the outcome go through the
-// instance's memory, so stdin is the user's alone.
+// The Python guest runs every Python run from a pre-initialized image
+// (its driver's entry points: internal/guests/cpython/preinit.go):
+// fumehood_init starts the interpreter once per guest and mount layout,
+// deterministically, and its memory is the image (baseImage). A one-shot
+// run is a new instance given the image's pages and one fumehood_exec
+// call; a session is such an instance kept between runs, idle. The
+// request and the outcome go through the instance's memory, so stdin is
+// the user's alone.
 
 // imageSource is what fumehood_init runs to make an image: the start-up
 // code every Python run gets, then the driver's Python side.
@@ -31,24 +30,20 @@ var imageSource = startupSource + cpython.DriverPython
 
 // sessionSource is the Python source a guest's base images start from,
 // which their cache name covers.
-func (g *Guest) sessionSource() string { return sessionSourceFor(g.driver, g.pyInfo.With) }
+func (g *Guest) sessionSource() string { return sessionSourceFor(g.pyInfo.With) }
 
-// sessionSourceFor is sessionSource for a guest with the driver's entry
-// points or not, with the optional parts with: a variant's images have
-// its part imported already (numpy: 1.5 billion fuel, a quarter of a
-// second, that no run pays again).
-func sessionSourceFor(driver bool, with []string) string {
-	switch {
-	case !driver:
-		return driverSource
-	case slices.Contains(with, cpython.Numpy):
+// sessionSourceFor is sessionSource for a guest with the optional parts
+// with: a variant's images have its part imported already (numpy: 1.5
+// billion fuel, a quarter of a second, that no run pays again).
+func sessionSourceFor(with []string) string {
+	if slices.Contains(with, cpython.Numpy) {
 		return imageSource + "import numpy\n"
 	}
 	return imageSource
 }
 
 // enter runs f, a call of one of the driver's exports, under the run's
-// fuel, deadline and errno sink, as call does for the session build.
+// fuel, deadline and errno sink.
 func (in *instance) enter(ctx context.Context, r *runState, budget int64, sink *errnoSink, f func(context.Context) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -106,8 +101,7 @@ func (s *Sandbox) layout(memRoot bool) []snapshot.Mount {
 
 // hostPaths are the directories a run's sys.path gets for the host-call
 // module and, with a network policy, the sitecustomize that routes
-// urllib and http.client through it (as PYTHONPATH does for a run from
-// _start).
+// urllib and http.client through it.
 func (s *Sandbox) hostPaths() (paths, site []string) {
 	if s.host == nil {
 		return nil, nil
@@ -121,10 +115,12 @@ func (s *Sandbox) hostPaths() (paths, site []string) {
 
 // runImage runs Python code one-shot from the pre-initialized image of
 // the sandbox's layout: a new instance, the image's pages, one request
-// carrying everything a run from _start would get from its arguments and
+// carrying everything `python -c` would get from its arguments and
 // environment (the code's name, sys.argv, the environment, the mounts'
 // quotas, a fresh random seed), then atexit's functions, as an exiting
-// interpreter runs them.
+// interpreter runs them. Code, name and arguments that are not UTF-8
+// travel in the request as python's command line takes them: each invalid
+// byte a surrogate escape (pyText).
 func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOptions, args []string) (*Result, error) {
 	// The image first, outside the run's limits: the first run of a
 	// layout in a process that finds no image in the cache makes it
@@ -141,7 +137,7 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 		return r.end(baseErr, memStats{}, nil)
 	}
 	// What the code leaves in the control directory is gone by the next
-	// run, as after a run from _start.
+	// run.
 	defer s.clearControl()
 	rnd := io.Reader(rand.Reader)
 	if s.cfg.Deterministic {
@@ -149,13 +145,13 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 	}
 	var in *instance
 	r.state.setClocks(ctx, s.cfg.Deterministic, 0, nil)
-	in, err = s.g.newInstance(ctx, s.fscfg, &sessionClock{in: &in}, rnd, nil, []string{"python"}, uint64(r.limits.Memory), uint64(base.size))
+	in, err = s.g.newInstance(ctx, s.fscfg, &sessionClock{in: &in}, rnd, nil, uint64(r.limits.Memory), uint64(base.size))
 	if err != nil {
 		return r.end(err, memStats{}, nil)
 	}
 	defer in.close()
 	ck := &checkpoint{size: uint64(base.size)}
-	if err := ck.restore(base, in.mod, in.linear, nil); err != nil {
+	if err := ck.restore(base, in.mod, in.linear); err != nil {
 		return r.end(err, memStats{}, nil)
 	}
 	argv0 := "-c"
@@ -164,7 +160,12 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 	} else {
 		argv0 = name
 	}
-	req := request{Code: &code, Name: name, Argv: append([]string{argv0}, args...), Final: true,
+	argv := []pyText{pyText(argv0)}
+	for _, a := range args {
+		argv = append(argv, pyText(a))
+	}
+	text := pyText(code)
+	req := request{Code: &text, Name: pyText(name), Argv: argv, Final: true,
 		MaxValue: r.limits.MaxOutput, Mounts: s.quotas}
 	s.setEnv(&req, s.cfg.Env)
 	if req.Seed, err = newSeed(rnd); err != nil {

@@ -14,65 +14,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
-// TestChooseGuest checks how the Python guest is chosen: Options.Guest,
-// else $FUMEHOOD_GUEST, else the built guest where it is built.
-func TestChooseGuest(t *testing.T) {
-	empty := t.TempDir()
-	t.Setenv(sandbox.GuestEnv, "")
-	kind, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty})
-	require.NoError(t, err)
-	assert.Equal(t, sandbox.GuestNPM, kind, "nothing built: the npm guest")
-	kind, err = sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty, Guest: sandbox.GuestBuilt})
-	require.NoError(t, err)
-	assert.Equal(t, sandbox.GuestBuilt, kind)
-
-	t.Setenv(sandbox.GuestEnv, sandbox.GuestBuilt)
-	kind, err = sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty})
-	require.NoError(t, err)
-	assert.Equal(t, sandbox.GuestBuilt, kind, "the environment chooses")
-	kind, err = sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty, Guest: sandbox.GuestNPM})
-	require.NoError(t, err)
-	assert.Equal(t, sandbox.GuestNPM, kind, "Options.Guest wins over the environment")
-
-	t.Setenv(sandbox.GuestEnv, "pypy")
-	_, err = sandbox.ChooseGuest(nil)
-	require.ErrorIs(t, err, sandbox.ErrUnknownGuest)
-	_, err = sandbox.CompilePython(context.Background(), nil)
-	require.ErrorIs(t, err, sandbox.ErrUnknownGuest)
-}
-
-// TestCompileBuiltNotBuilt asks for the built guest where it is not built.
-func TestCompileBuiltNotBuilt(t *testing.T) {
-	for _, sessions := range []bool{false, true} {
-		_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: t.TempDir(), Guest: sandbox.GuestBuilt, Sessions: sessions})
-		require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
-		assert.Contains(t, err.Error(), cpython.BuildCommand)
-	}
+// TestCompileNotBuilt asks for the Python guest where it is not built:
+// an error matching ErrGuestNotBuilt that names the command that builds it.
+func TestCompileNotBuilt(t *testing.T) {
+	_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: t.TempDir()})
+	require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
+	assert.Contains(t, err.Error(), "fumehood guest build")
 }
 
 // TestCompileWithParts checks how Options.With chooses the variant of the
-// built guest: it implies the built guest, the npm guest has no parts, an
-// unknown part is refused, and a variant that is not built is
+// guest: an unknown part is refused, and a variant that is not built is
 // ErrGuestNotBuilt naming its own build command.
 func TestCompileWithParts(t *testing.T) {
 	empty := t.TempDir()
-	t.Setenv(sandbox.GuestEnv, "")
-	kind, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty, With: []string{"numpy"}})
-	require.NoError(t, err)
-	assert.Equal(t, sandbox.GuestBuilt, kind, "only the built guest has parts")
-	_, err = sandbox.ChooseGuest(&sandbox.Options{CacheDir: empty, Guest: sandbox.GuestNPM, With: []string{"numpy"}})
-	require.ErrorIs(t, err, sandbox.ErrUnknownPart)
-	t.Setenv(sandbox.GuestEnv, sandbox.GuestNPM)
-	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"numpy"}})
-	require.ErrorIs(t, err, sandbox.ErrUnknownPart)
-	t.Setenv(sandbox.GuestEnv, "")
-
-	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"pandas"}})
+	_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"pandas"}})
 	require.ErrorIs(t, err, sandbox.ErrUnknownPart)
 	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"numpy"}})
 	require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
@@ -84,18 +44,12 @@ func TestCompileWithParts(t *testing.T) {
 func TestPythonInfo(t *testing.T) {
 	g := sandboxtest.Python(t)
 	info := g.Python()
-	assert.Equal(t, sandboxtest.Guest(t), info.Guest)
 	assert.Equal(t, g.ID(), info.SHA256)
-	assert.Equal(t, info.Guest == sandbox.GuestBuilt, info.Sessions, "the built guest's one build has sessions")
 	assert.Empty(t, info.With, "the default guest has no optional parts")
-	want := npm.Version
-	if info.Guest == sandbox.GuestBuilt {
-		want = cpython.PythonVersion
-	}
-	assert.Equal(t, want, info.Version)
+	assert.Equal(t, cpython.PythonVersion, info.Version)
 	res, err := g.Run(context.Background(), "import sys; print(sys.version.split()[0])", nil)
 	require.NoError(t, err)
-	assert.Equal(t, want+"\n", string(res.Stdout))
+	assert.Equal(t, cpython.PythonVersion+"\n", string(res.Stdout))
 
 	go1, err := sandbox.Compile(context.Background(), testenv.BuildGo(t, "guests/testguest"), nil)
 	require.NoError(t, err)
@@ -108,7 +62,6 @@ func TestPythonInfo(t *testing.T) {
 // mounts (the host's file methods and the mount quotas do not see it), and
 // reserved.
 func TestBuiltStdlibMount(t *testing.T) {
-	sandboxtest.RequireGuest(t, sandbox.GuestBuilt)
 	g := sandboxtest.Python(t)
 	ctx := context.Background()
 	for _, p := range []string{"/usr", "/usr/local"} {
@@ -144,37 +97,44 @@ print(sorted(os.listdir("/")))
 	assert.Equal(t, "[1]\n", string(res.Stdout))
 }
 
-// TestSnapshotOtherGuestRefused takes a session snapshot on one Python
-// guest and resumes it on the other: ErrSnapshotGuest.
-func TestSnapshotOtherGuestRefused(t *testing.T) {
-	sandboxtest.PythonSessions(t) // skips without wasm-opt
+// TestSnapshotOfRetiredBuildRefused resumes snapshots whose headers say
+// they came from the retired asyncify session build (of the npm guest or
+// of `guest build --session`): a pause buffer, mutable globals, or both
+// with another guest's ID. Each is refused with ErrSnapshotGuest, saying
+// the build no longer exists; the same snapshot as taken resumes.
+func TestSnapshotOfRetiredBuildRefused(t *testing.T) {
+	g := sandboxtest.Python(t)
 	ctx := context.Background()
-	guests := map[string]*sandbox.Guest{}
-	for _, kind := range []string{sandbox.GuestBuilt, sandbox.GuestNPM} {
-		g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: kind, Sessions: true})
-		if err != nil {
-			t.Skipf("the session build of the %s guest is not ready: %v", kind, err)
-		}
-		defer g.Close()
-		assert.Equal(t, kind, g.Python().Guest)
-		assert.True(t, g.Python().Sessions)
-		guests[kind] = g
+	s, err := g.NewSession(ctx, nil)
+	require.NoError(t, err)
+	_, err = s.Run(ctx, "x = 42", nil)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, s.Snapshot(&buf))
+	s.Close()
+	taken := buf.Bytes()
+
+	npmGuest := "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763"
+	for name, craft := range map[string]func(h *snapshot.Header){
+		"pause buffer":      func(h *snapshot.Header) { h.AsyncifyBuffer = 2 << 20 },
+		"globals":           func(h *snapshot.Header) { h.Globals = []snapshot.Global{{Name: "fumehood_global_0", Value: 1}} },
+		"npm guest's build": func(h *snapshot.Header) { h.Guest, h.AsyncifyBuffer = npmGuest, 2<<20 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap, err := snapshot.Decode(bytes.NewReader(taken), snapshot.Limits{MaxSize: 1 << 32, MaxMemory: 1 << 32, MaxFileBytes: 1 << 30, MaxFiles: 1 << 10})
+			require.NoError(t, err)
+			craft(&snap.Header)
+			var crafted bytes.Buffer
+			require.NoError(t, snapshot.Encode(&crafted, snap))
+			_, err = g.ResumeSession(ctx, &crafted, nil)
+			require.ErrorIs(t, err, sandbox.ErrSnapshotGuest)
+			assert.Contains(t, err.Error(), "a build that no longer exists")
+		})
 	}
-	for from, to := range map[string]string{sandbox.GuestBuilt: sandbox.GuestNPM, sandbox.GuestNPM: sandbox.GuestBuilt} {
-		s, err := guests[from].NewSession(ctx, nil)
-		require.NoError(t, err)
-		_, err = s.Run(ctx, "x = 42", nil)
-		require.NoError(t, err)
-		var snap bytes.Buffer
-		require.NoError(t, s.Snapshot(&snap))
-		s.Close()
-		_, err = guests[to].ResumeSession(ctx, bytes.NewReader(snap.Bytes()), nil)
-		require.ErrorIs(t, err, sandbox.ErrSnapshotGuest, "%s to %s", from, to)
-		r, err := guests[from].ResumeSession(ctx, bytes.NewReader(snap.Bytes()), nil)
-		require.NoError(t, err, "the same guest resumes it")
-		res, err := r.Run(ctx, "print(x)", nil)
-		require.NoError(t, err)
-		assert.Equal(t, "42", strings.TrimSpace(string(res.Stdout)))
-		r.Close()
-	}
+	r, err := g.ResumeSession(ctx, bytes.NewReader(taken), nil)
+	require.NoError(t, err, "the snapshot as taken resumes")
+	defer r.Close()
+	res, err := r.Run(ctx, "print(x)", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "42", strings.TrimSpace(string(res.Stdout)))
 }

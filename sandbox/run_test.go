@@ -235,7 +235,7 @@ sys.stdout.write("no newline at the end")`
 	require.NoError(t, err)
 	assert.Equal(t, want, w.got)
 
-	s, err := sandboxtest.PythonSessions(t).NewSession(context.Background(), nil)
+	s, err := sandboxtest.Python(t).NewSession(context.Background(), nil)
 	require.NoError(t, err)
 	defer s.Close()
 	w = writes{}
@@ -247,9 +247,9 @@ sys.stdout.write("no newline at the end")`
 // TestOnRunObserves: Options.OnRun is told of every run of the guest,
 // one-shot and in a session, with the Result and error the caller gets.
 func TestOnRunObserves(t *testing.T) {
-	sandboxtest.PythonSessions(t) // skips where the npm guest has no session build
+	sandboxtest.Python(t) // skips where the guest is not built
 	var events []sandbox.RunEvent
-	py, err := sandbox.CompilePython(context.Background(), &sandbox.Options{Sessions: true,
+	py, err := sandbox.CompilePython(context.Background(), &sandbox.Options{
 		OnRun: func(e sandbox.RunEvent) { events = append(events, e) }})
 	require.NoError(t, err)
 	defer py.Close()

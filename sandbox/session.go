@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,9 +17,6 @@ import (
 
 // Errors of sessions.
 var (
-	// ErrNoSessions reports NewSession or ResumeSession on a guest compiled
-	// without Options.Sessions.
-	ErrNoSessions = errors.New("sandbox: the guest was not compiled for sessions (set Options.Sessions)")
 	// ErrOpenFiles reports a snapshot, fork or hibernation refused, or a
 	// resume or fork that failed, because of a descriptor the guest holds
 	// open that cannot be opened again (a file deleted while open, say).
@@ -34,7 +29,7 @@ var (
 // It can be snapshotted to bytes and resumed later, in this process or
 // another, and forked into independent copies.
 //
-// Between runs the interpreter is paused: it holds memory but no goroutine.
+// Between runs the interpreter is idle: it holds memory but no goroutine.
 // A run stopped by a limit (deadline, fuel, output, memory) or a trap rolls
 // the session back to where it was before that run: variables are as they
 // were; files the run wrote stay written.
@@ -98,7 +93,7 @@ func (g *Guest) NewSession(ctx context.Context, cfg *Config) (*Session, error) {
 		return nil, err
 	}
 	s.base = base
-	s.ckpt = &checkpoint{size: uint64(base.size), globals: append([]uint64(nil), base.globals...)}
+	s.ckpt = &checkpoint{size: uint64(base.size)}
 	s.sendEnv, s.reseed = true, true
 	if err := s.instantiate(ctx, true); err != nil {
 		return nil, err
@@ -111,8 +106,8 @@ func (g *Guest) NewSession(ctx context.Context, cfg *Config) (*Session, error) {
 // fill, if not nil, fills the in-memory root instead of the usual /tmp and
 // /work.
 func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session, error) {
-	if !g.sessions {
-		return nil, ErrNoSessions
+	if !g.python {
+		return nil, ErrNotPython
 	}
 	if g.isClosed() {
 		return nil, ErrClosed
@@ -126,7 +121,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	}
 	for _, m := range c.Mounts {
 		if m.Path == controlPath || hasPrefixPath(m.Path, controlPath) {
-			return nil, fmt.Errorf("sandbox: mount path %s is reserved for the session driver", m.Path)
+			return nil, fmt.Errorf("sandbox: mount path %s is reserved for fumehood's control directory", m.Path)
 		}
 	}
 	mounts := append([]Mount(nil), c.Mounts...)
@@ -170,16 +165,14 @@ func (s *Session) instantiate(ctx context.Context, strict bool) error {
 		return err
 	}
 	clock := &sessionClock{s: s, in: &s.inst}
-	in, err := s.g.newInstance(ctx, s.sb.fscfg, clock, s.rand, nil, driverArgs(), uint64(s.sb.limits.Memory), s.ckpt.size)
+	in, err := s.g.newInstance(ctx, s.sb.fscfg, clock, s.rand, nil, uint64(s.sb.limits.Memory), s.ckpt.size)
 	if err != nil {
 		return err
 	}
-	if err := s.ckpt.restore(s.base, in.mod, in.linear, s.g.globals); err != nil {
+	if err := s.ckpt.restore(s.base, in.mod, in.linear); err != nil {
 		in.close()
 		return err
 	}
-	in.buf = s.base.buf
-	in.ctl = s.sb.ctl
 	kept, err := s.reopenFiles(in, s.fds, strict)
 	if err != nil {
 		in.close()
@@ -231,7 +224,7 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 		}
 	}
 	in := s.inst
-	req, body, err := s.request(code, r.limits.MaxOutput)
+	_, body, err := s.request(code, r.limits.MaxOutput)
 	if err != nil {
 		return r.end(err, memStats{}, nil)
 	}
@@ -242,36 +235,16 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	in.mem.mem.limit = uint64(r.limits.Memory)
 	refusedBefore := in.mem.mem.refused
 	defer func() {
-		in.stdout.w, in.stderr.w, in.userIn, in.pending = nil, nil, nil, nil
+		in.stdout.w, in.stderr.w, in.userIn = nil, nil, nil
 	}()
 
 	r.started = time.Now()
-	var (
-		out    *Result
-		runErr error
-	)
-	if in.drv != nil {
-		out, runErr = in.execDriver(ctx, r.state, r.budget, &s.sb.errno, body, r.limits.MaxOutput)
-	} else {
-		in.pending = append([]byte(strconv.Itoa(len(body))+"\n"), body...)
-		in.resultAt = req.Result
-		runErr = in.call(ctx, r.state, r.budget, &s.sb.errno, true)
-		if runErr == nil {
-			if out, err = readOutcome(s.sb.ctl, strings.TrimPrefix(req.Result, controlPath), r.limits.MaxOutput); err != nil {
-				runErr = fmt.Errorf("sandbox: reading the run's outcome: %w", err)
-			}
-		}
-		s.sb.clearControl()
-	}
+	out, runErr := in.execDriver(ctx, r.state, r.budget, &s.sb.errno, body, r.limits.MaxOutput)
 	mem := memStats{peak: int64(in.mem.mem.peak), hit: in.mem.mem.refused > refusedBefore}
 	s.runs++
 	res, err := r.end(runErr, mem, out)
 	if out != nil && res.Stop == StopExit {
 		s.sendEnv, s.reseed = false, false
-		if in.drv == nil {
-			s.checkpoint(in)
-			return res, err
-		}
 		// The instance is idle until the next call, which waits for the
 		// checkpoint (settled) only if it comes before it is taken.
 		done := make(chan settling, 1)
@@ -324,14 +297,13 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descri
 	// those are compared; else all are, and tracking starts, before the
 	// comparison, so a page written meanwhile is compared again next time.
 	m := in.mem.mem
-	globals := getGlobals(in.mod, s.g.globals)
 	if pages, ok := m.written(); ok {
-		ck.updateWritten(s.base, m.buf, globals, s.g.deadStack(), pages)
+		ck.updateWritten(s.base, m.buf, s.g.deadStack(), pages)
 	} else {
 		m.track()
 		dead := s.g.deadStack()
 		zero := m.unpopulated(dead)
-		ck.update(s.base, m.buf, globals, dead, zero)
+		ck.update(s.base, m.buf, dead, zero)
 		m.trimOnce(zero)
 	}
 	if fds, _, err := s.describeFiles(in); err == nil {

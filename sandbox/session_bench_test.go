@@ -31,7 +31,7 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 //
 //	go test ./sandbox -run '^$' -bench Sessions -benchtime 1x
 func BenchmarkSessions(b *testing.B) {
-	g := sandboxtest.PythonSessions(b)
+	g := sandboxtest.Python(b)
 	ctx := context.Background()
 	const n = 21
 	for b.Loop() {
@@ -112,7 +112,7 @@ func heap() int64 {
 //
 //	go test ./sandbox -run '^$' -bench IdleSessions -benchtime 1x
 func BenchmarkIdleSessions(b *testing.B) {
-	g := sandboxtest.PythonSessions(b)
+	g := sandboxtest.Python(b)
 	ctx := context.Background()
 	for b.Loop() {
 		warm, err := g.NewSession(ctx, nil)
@@ -159,7 +159,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 // adds: listing and describing the open descriptors (here a sqlite3
 // connection, a log file and a plain file).
 func BenchmarkDescribeOpenFiles(b *testing.B) {
-	s, err := sandboxtest.PythonSessions(b).NewSession(context.Background(), nil)
+	s, err := sandboxtest.Python(b).NewSession(context.Background(), nil)
 	require.NoError(b, err)
 	defer s.Close()
 	_, err = s.Run(context.Background(), "import sqlite3, logging\ndb = sqlite3.connect('/work/a.db')\ndb.execute('create table t (v)')\nlogging.basicConfig(filename='/tmp/l.log')\nlogging.warning('x')\nf = open('/work/f', 'w')", nil)

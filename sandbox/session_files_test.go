@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,7 +140,7 @@ func TestSessionResumeMissingVolumeFile(t *testing.T) {
 	fd := wasiFD(t, s, "x.txt")
 	snap := snapshotOf(t, s)
 	require.NoError(t, vol.Remove("/x.txt"))
-	_, err := sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(snap), volumeConfig(vol))
+	_, err := sandboxtest.Python(t).ResumeSession(context.Background(), bytes.NewReader(snap), volumeConfig(vol))
 	require.ErrorIs(t, err, sandbox.ErrOpenFiles)
 	require.ErrorIs(t, err, sys.ENOENT)
 	var ofe *sandbox.OpenFileError
@@ -165,35 +166,37 @@ func TestSessionStopWithOpenFileRollsBack(t *testing.T) {
 	}
 }
 
-// TestSessionResumesVersion1 resumes a snapshot of format version 1, as
-// builds before open files were carried wrote (and as they still look
-// without open files).
-func TestSessionResumesVersion1(t *testing.T) {
+// TestSessionRefusesOldVersions: snapshots of format versions 1 and 2
+// came only from the retired asyncify session build, which paused its
+// interpreter with a pause buffer: such a snapshot is refused as from a
+// build that no longer exists; one without the buffer, which those
+// versions cannot describe, is corrupt.
+func TestSessionRefusesOldVersions(t *testing.T) {
 	s := newSession(t, nil)
 	run(t, s, "x = 41")
 	snap := snapshotOf(t, s)
 	require.Equal(t, uint32(3), binary.LittleEndian.Uint32(snap[12:]))
-	old := func(version uint32) []byte {
+	old := func(version uint32, edit func(string) string) []byte {
 		b := bytes.Clone(snap)
 		binary.LittleEndian.PutUint32(b[12:], version)
-		return rewriteHeader(t, b, func(h string) string { return h })
+		return rewriteHeader(t, b, edit)
 	}
-	if sandboxtest.Guest(t) == sandbox.GuestBuilt {
-		// A session of the driver has no pause buffer, which versions
-		// before 3 cannot say.
-		for _, v := range []uint32{1, 2} {
-			_, err := sandboxtest.PythonSessions(t).ResumeSession(context.Background(), bytes.NewReader(old(v)), nil)
-			assert.ErrorIs(t, err, sandbox.ErrSnapshotCorrupt, "version %d", v)
-		}
-		return
+	same := func(h string) string { return h }
+	paused := func(h string) string {
+		return strings.Replace(h, `"asyncify_buffer":0`, `"asyncify_buffer":65536`, 1)
 	}
-	r := resume(t, old(1), nil)
-	assert.Equal(t, "42", run(t, r, "x + 1").Value)
+	g := sandboxtest.Python(t)
+	for _, v := range []uint32{1, 2} {
+		_, err := g.ResumeSession(context.Background(), bytes.NewReader(old(v, same)), nil)
+		assert.ErrorIs(t, err, sandbox.ErrSnapshotCorrupt, "version %d", v)
+		_, err = g.ResumeSession(context.Background(), bytes.NewReader(old(v, paused)), nil)
+		assert.ErrorIs(t, err, sandbox.ErrSnapshotGuest, "version %d", v)
+		assert.ErrorContains(t, err, "a build that no longer exists", "version %d", v)
+	}
 }
 
 // wasiFD returns the WASI descriptor of the file the session holds open
-// at name (relative to its mount). The npm guest's CPython numbers its
-// own descriptors on top of WASI's, so f.fileno() is not it.
+// at name (relative to its mount), as the host numbers it.
 func wasiFD(t *testing.T, s *sandbox.Session, name string) int32 {
 	t.Helper()
 	open, err := sandbox.OpenDescriptors(s)

@@ -41,7 +41,7 @@ const (
 // FUMEHOOD_TEAR_SECONDS=60 runs it for that long instead of a fixed
 // number of runs, and logs how many snapshots were torn of how many.
 func TestSessionSnapshotRacesRun(t *testing.T) {
-	g := sandboxtest.PythonSessions(t)
+	g := sandboxtest.Python(t)
 	ctx := context.Background()
 	s := newSession(t, nil)
 	run(t, s, raceSetup)

@@ -138,7 +138,7 @@ func TestSessionDeterministicForks(t *testing.T) {
 // A crafted snapshot whose header holds ten million empty arguments (30
 // MB) is refused as corrupt before it is parsed or even read whole.
 func TestResumeRefusesHugeHeader(t *testing.T) {
-	g := sandboxtest.PythonSessions(t)
+	g := sandboxtest.Python(t)
 	header := `{"guest":"g","base":"b","memory_size":65536,"asyncify_buffer":8,"mounts":[{"path":"/","in_memory":true}],"args":[` +
 		strings.Repeat(`"",`, 10_000_000) + `""]}`
 	var b bytes.Buffer
@@ -163,7 +163,7 @@ func TestResumeRefusesHugeHeader(t *testing.T) {
 // An environment a snapshot could not hold is refused at the start; one a
 // crafted snapshot brings is refused as corrupt.
 func TestSessionEnvBounds(t *testing.T) {
-	g := sandboxtest.PythonSessions(t)
+	g := sandboxtest.Python(t)
 	many := map[string]string{}
 	for i := range 5000 {
 		many[fmt.Sprintf("V%d", i)] = "x"

@@ -79,23 +79,19 @@ func (s *Session) capture() (*snapshot.Snapshot, error) {
 		return nil, err
 	}
 	snap := &snapshot.Snapshot{Header: snapshot.Header{
-		Descriptors:    fds,
-		Guest:          s.g.id,
-		Base:           s.base.digest,
-		MemorySize:     s.ckpt.size,
-		AsyncifyBuffer: s.base.buf,
-		Args:           snapshotArgs,
-		Env:            s.env,
-		Mounts:         s.layout,
-		Runs:           s.runs,
-		FuelUsed:       s.sb.fuelUsed,
-		Deterministic:  s.cfg.Deterministic,
-		Seed:           s.cfg.Seed,
-		ClockNanos:     int64(s.slept),
+		Descriptors:   fds,
+		Guest:         s.g.id,
+		Base:          s.base.digest,
+		MemorySize:    s.ckpt.size,
+		Args:          snapshotArgs,
+		Env:           s.env,
+		Mounts:        s.layout,
+		Runs:          s.runs,
+		FuelUsed:      s.sb.fuelUsed,
+		Deterministic: s.cfg.Deterministic,
+		Seed:          s.cfg.Seed,
+		ClockNanos:    int64(s.slept),
 	}}
-	for i, name := range s.g.globals {
-		snap.Header.Globals = append(snap.Header.Globals, snapshot.Global{Name: name, Value: s.ckpt.globals[i]})
-	}
 	for i, p := range s.ckpt.pages {
 		if p != nil {
 			snap.Pages = append(snap.Pages, snapshot.Page{Index: uint32(i), Data: p})
@@ -257,8 +253,8 @@ func (w *treeWriter) finish() error {
 // matching ErrOpenFiles. Snapshots of format version 1 (before open files
 // were carried) still resume.
 func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*Session, error) {
-	if !g.sessions {
-		return nil, ErrNoSessions
+	if !g.python {
+		return nil, ErrNotPython
 	}
 	c := *c0(cfg)
 	lim, err := resumeLimits(&c)
@@ -397,6 +393,9 @@ func resumeLimits(c *Config) (snapshot.Limits, error) {
 // prepared for it: the guest build, the environment and where its
 // in-memory root is (its index among the mounts, -1 for none).
 func (g *Guest) checkHeader(h *snapshot.Header) (root int, _ error) {
+	if err := checkRetired(h); err != nil {
+		return -1, err
+	}
 	if h.Guest != g.id {
 		return -1, fmt.Errorf("%w: it needs build %.12s, this guest is %.12s", ErrSnapshotGuest, h.Guest, g.id)
 	}
@@ -415,27 +414,29 @@ func (g *Guest) checkHeader(h *snapshot.Header) (root int, _ error) {
 	return root, nil
 }
 
+// checkRetired refuses a snapshot or base image of the retired session
+// build (Binaryen's asyncify, of the npm guest's CPython 3.12 or of `guest
+// build --session`): it alone paused its interpreter, with a pause buffer
+// and the guest's mutable globals in the header (and format versions 1
+// and 2 knew nothing else). Its error matches ErrSnapshotGuest.
+func checkRetired(h *snapshot.Header) error {
+	if h.AsyncifyBuffer != 0 || len(h.Globals) > 0 {
+		return fmt.Errorf("%w: it came from a build that no longer exists (the asyncify session build of the npm guest or of `guest build --session`, retired): start a new session on this guest", ErrSnapshotGuest)
+	}
+	return nil
+}
+
 // checkSnapshot checks a snapshot's header against the base image of its
-// layout and the guest's globals, and returns a checkpoint of its size
-// and globals, without pages yet.
+// layout, and returns a checkpoint of its size, without pages yet.
 func (g *Guest) checkSnapshot(h *snapshot.Header, base *baseImage) (*checkpoint, error) {
 	if h.Base != base.digest {
 		return nil, fmt.Errorf("%w: its base image %.12s differs from this build's %.12s (another session driver)", ErrSnapshotGuest, h.Base, base.digest)
 	}
-	if h.AsyncifyBuffer != base.buf || h.MemorySize < uint64(base.size) {
-		return nil, fmt.Errorf("%w: pause buffer or memory size does not fit the base image", ErrSnapshotCorrupt)
-	}
-	if len(h.Globals) != len(g.globals) {
-		return nil, fmt.Errorf("%w: %d globals, the guest has %d", ErrSnapshotCorrupt, len(h.Globals), len(g.globals))
+	if h.MemorySize < uint64(base.size) {
+		return nil, fmt.Errorf("%w: memory size does not fit the base image", ErrSnapshotCorrupt)
 	}
 	n := h.MemorySize / pageSize
 	ck := &checkpoint{size: h.MemorySize, pages: make([][]byte, n), owned: make([]bool, n)}
-	for i, gl := range h.Globals {
-		if gl.Name != g.globals[i] {
-			return nil, fmt.Errorf("%w: global %q where %q belongs", ErrSnapshotCorrupt, gl.Name, g.globals[i])
-		}
-		ck.globals = append(ck.globals, gl.Value)
-	}
 	return ck, nil
 }
 

@@ -130,7 +130,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 // then, and checks that goroutines and the live heap do not grow.
 // `make soak` runs 1,000.
 func TestSoakSessions(t *testing.T) {
-	g := sandboxtest.PythonSessions(t)
+	g := sandboxtest.Python(t)
 	ctx := context.Background()
 	runs := soakRuns(t, "FUMEHOOD_SOAK_SESSION_RUNS", 200)
 	s, err := g.NewSession(ctx, nil)

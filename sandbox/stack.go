@@ -13,13 +13,14 @@ import (
 
 // ErrStackOverflow reports a guest that ran out of stack: its C stack in
 // linear memory (the stack pointer went below the bottom of the stack) or
-// the runtime's call stack. It comes wrapped in a *TrapError (Result.Stop
-// is StopTrap): it is the guest's failure, not fumehood's. CPython turns
-// deep recursion into a RecursionError before its stack runs out when its
-// stack is big enough for its C recursion limit (the built guest; see
-// internal/guests/cpython.StackSize); a guest that still overflows, such as the npm
-// guest with its 512 KiB stack, reports this error instead of an
-// out-of-bounds access.
+// the runtime's call stack. It comes wrapped in a *TrapError, with
+// Result.Stop StopStack: the guest's failure, not fumehood's. CPython
+// turns deep recursion into a RecursionError before its C stack runs out
+// (its stack is big enough for its C recursion limit: see
+// internal/guests/cpython.StackSize); C code that recurses without
+// counting (the hash of a tuple nested a million deep) runs the runtime's
+// call stack out, and a WASI program with a small stack its own, and
+// either reports this error instead of an out-of-bounds access.
 var ErrStackOverflow = errors.New("sandbox: guest stack overflow")
 
 // stackOverflowError is a trap recognized as a stack overflow; it matches

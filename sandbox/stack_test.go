@@ -91,45 +91,6 @@ func TestStackOverflowIsItsOwnError(t *testing.T) {
 const deepLRU = "import functools, sys\nsys.setrecursionlimit(100000)\n" +
 	"@functools.lru_cache(None)\ndef f(n): return 0 if n == 0 else f(n - 1) + 1\nprint(f(20000))\n"
 
-// TestPythonStackOverflow runs, in the npm guest (a 512 KiB C stack, too
-// small for CPython's C recursion limit), recursion through C that runs
-// the stack out: the run reports ErrStackOverflow, not a bare trap.
-func TestPythonStackOverflow(t *testing.T) {
-	ctx := context.Background()
-	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM})
-	require.NoError(t, err, "the npm guest is needed; `make test` installs it")
-	defer g.Close()
-	res, err := g.Run(ctx, deepLRU, nil)
-	require.Error(t, err)
-	require.ErrorIs(t, err, sandbox.ErrStackOverflow)
-	var trap *sandbox.TrapError
-	require.ErrorAs(t, err, &trap)
-	assert.Equal(t, sandbox.StopStack, res.Stop)
-	assert.Equal(t, "stack", res.Stop.String())
-}
-
-// TestPythonStackOverflowInSession: in a session of the npm guest, the same
-// overflow is ErrStackOverflow with StopStack, and the session goes on from
-// the state before the run.
-func TestPythonStackOverflowInSession(t *testing.T) {
-	ctx := context.Background()
-	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM, Sessions: true})
-	require.NoError(t, err, "the npm guest's session build is needed; `make test` prepares it")
-	defer g.Close()
-	s, err := g.NewSession(ctx, nil)
-	require.NoError(t, err)
-	defer s.Close()
-	_, err = s.Run(ctx, "x = 41", nil)
-	require.NoError(t, err)
-	res, err := s.Run(ctx, deepLRU, nil)
-	require.ErrorIs(t, err, sandbox.ErrStackOverflow)
-	require.NotNil(t, res)
-	assert.Equal(t, sandbox.StopStack, res.Stop)
-	res, err = s.Run(ctx, "x + 1", nil)
-	require.NoError(t, err)
-	assert.Equal(t, "42", res.Value)
-}
-
 // runtimeOverflows recurse in C code that counts no recursion, a million
 // calls deep: the runtime's call stack runs out before the C stack does.
 var runtimeOverflows = []struct{ name, code string }{

@@ -9,9 +9,10 @@
 //	go run ./bench/cpuexp -dump-plain /tmp/plain.wasm   # for wasm-opt
 //	go run ./bench/cpuexp -variants plain,wasm:/tmp/plain-O2.wasm,fuelwasm:/tmp/plain-O2.wasm
 //
-// Variants: native (the machine's python3), fuel (the npm guest, as
-// sandbox.CompilePython runs it), plain (the guest after strip-debug only,
-// no fuel, on bare wazero), interp (plain on wazero's interpreter),
+// Variants: native (the machine's python3), fuel (the Python guest, as
+// sandbox.CompilePython runs it), plain (the built guest's interpreter,
+// debug sections stripped, no fuel, on bare wazero, with -root and -env as
+// for wasmfs), interp (plain on wazero's interpreter),
 // wasm:FILE (any CPython build, no fuel, bare wazero), fuelwasm:FILE (FILE
 // through sandbox.Compile: errno shim and fuel, as a user's module), v8:FILE
 // (FILE on Node.js's WASI, V8's optimizing compiler only); wasmfs:FILE and
@@ -45,8 +46,8 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/bench/internal/cpuset"
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -244,7 +245,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			return string(out), float64((st.UserTime() + st.SystemTime()).Microseconds()) / 1000, nil
 		}, func() {}, nil
 	case "fuel":
-		g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestNPM})
+		g, err := sandbox.CompilePython(ctx, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -340,24 +341,23 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return bare(ctx, wasm, kind == "interp", kind == "wasmfs")
+		return bare(ctx, wasm, kind == "interp", kind != "wasm")
 	}
 	return nil, nil, fmt.Errorf("unknown variant %q", v)
 }
 
-// plainGuest returns the installed guest after its first step (strip-debug)
-// only.
+// plainGuest returns the built guest's interpreter before its preparation
+// steps (debug sections stripped, no errno shim, no fuel).
 func plainGuest() ([]byte, error) {
-	dir, err := npm.CacheDir("")
+	info, err := cpython.Built(nil)
 	if err != nil {
 		return nil, err
 	}
-	store := pipeline.NewStore(filepath.Join(dir, "guests"))
-	d, ok := store.Lookup(npm.SourceSHA256, npm.Steps[:1])
-	if !ok {
-		return nil, npm.ErrGuestNotInstalled
+	dir, err := cache.Dir("")
+	if err != nil {
+		return nil, err
 	}
-	return store.Get(d)
+	return pipeline.NewStore(filepath.Join(dir, "guests")).Get(info.WasmSHA256)
 }
 
 // bare runs a WASI module on plain wazero: real clocks, no fuel, no limits.
@@ -366,15 +366,15 @@ func bare(ctx context.Context, wasm []byte, interp, withFS bool) (runner, func()
 	if interp {
 		cfg = wazero.NewRuntimeConfigInterpreter()
 	} else if !noCache {
-		dir, err := npm.CacheDir("")
+		dir, err := cache.Dir("")
 		if err != nil {
 			return nil, nil, err
 		}
-		cache, err := wazero.NewCompilationCacheWithDir(filepath.Join(dir, "bench", "wazero"))
+		cc, err := wazero.NewCompilationCacheWithDir(filepath.Join(dir, "bench", "wazero"))
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg = cfg.WithCompilationCache(cache)
+		cfg = cfg.WithCompilationCache(cc)
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg.WithDebugInfoEnabled(false))
 	wasi_snapshot_preview1.MustInstantiate(ctx, rt)

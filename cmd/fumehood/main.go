@@ -12,10 +12,9 @@
 //	fumehood exec [flags] FILE.wasm [ARGS...]
 //	                                         run a WASI preview 1 program under the same limits
 //	fumehood mcp [--http ADDR]               an MCP server (stdio, or streamable HTTP)
-//	fumehood guest install [--session]       fetch, verify and prepare the npm Python guest
-//	fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
+//	fumehood guest build                     build the Python guest (CPython 3.13) into the cache
 //	fumehood guest build --with numpy        build its variant with numpy (then: run --with numpy)
-//	fumehood guest info [--built|--npm]      show the guest sandboxes load ($FUMEHOOD_GUEST chooses)
+//	fumehood guest info [--with numpy]       show what went into the built guest
 //	fumehood guest export FILE               write the built guest to one file
 //	fumehood guest import FILE               verify and install a file guest export wrote
 //
@@ -92,11 +91,9 @@ Usage:
   fumehood exec [flags] FILE.wasm [ARGS...]
                                            run a WASI preview 1 program, under the same limits
   fumehood mcp [--http ADDR]               serve run_python and sessions to MCP clients
-  fumehood guest install [--session]       fetch, verify and prepare the npm Python guest (3.12)
-  fumehood guest build [--session]         build our own CPython 3.13 guest (the default once built)
+  fumehood guest build                     build the Python guest, CPython 3.13, into the cache
   fumehood guest build --with numpy        build its variant with numpy 2.2.5 (then: run --with numpy)
-  fumehood guest info [--built|--npm]      show the Python guest sandboxes load
-                                           ($FUMEHOOD_GUEST=built|npm chooses one)
+  fumehood guest info [--with numpy]       show what went into the built guest
   fumehood guest export FILE               write the built guest to one file
   fumehood guest import FILE               verify a file guest export wrote and install it
 

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -42,8 +42,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	idle := fs.Duration("idle-timeout", mcpserver.DefaultIdleTimeout, "with --http, end a client's MCP session, and close its sessions, after this long without a request; 0 never")
 	maxClients := fs.Int("max-clients", mcpserver.DefaultMaxClients, "with --http, MCP sessions (clients) held at once; past it a new client ends the least recently used idle one, and is refused if none is idle")
 	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
-	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
-	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
+	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+cache.DirEnv+" or the user cache directory)")
 	with := withFlag(fs)
 	var network networkFlags
 	network.register(fs)
@@ -87,13 +86,13 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		opts.MemoryBudget = n
 	}
-	c := common{offline: offline, cacheDir: cacheDir, with: with}
+	c := common{cacheDir: cacheDir, with: with}
 	var m *metrics
 	if *addr != "" {
 		m = newMetrics()
 		c.onRun = m.observe
 	}
-	py, err := c.compile(ctx, true, stderr)
+	py, err := c.compile(ctx)
 	if err != nil {
 		return err
 	}

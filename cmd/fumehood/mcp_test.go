@@ -66,7 +66,6 @@ func text(res *mcp.CallToolResult) string {
 }
 
 func TestMCPServer(t *testing.T) {
-	needSessions(t)
 	cs := mcpClient(t, "--timeout", "5s", "--snapshot-dir", t.TempDir())
 	ctx := context.Background()
 
@@ -150,10 +149,9 @@ func TestMCPServer(t *testing.T) {
 // read-only mount refuses writes, a volume keeps them on the host, and the
 // instructions name both.
 func TestMCPMounts(t *testing.T) {
-	needSessions(t)
 	in, vol := t.TempDir(), filepath.Join(t.TempDir(), "state")
 	require.NoError(t, os.WriteFile(filepath.Join(in, "data.txt"), []byte("from the host"), 0o644))
-	cs := mcpClient(t, "--offline", "--mount", in+":/in:ro", "--volume", vol+":/state")
+	cs := mcpClient(t, "--mount", in+":/in:ro", "--volume", vol+":/state")
 	assert.Contains(t, cs.InitializeResult().Instructions, "host directories are mounted at /in (read-only), /state (read-write)")
 
 	res := call(t, cs, "run_python", map[string]any{"code": "open('/in/data.txt').read()"}, nil)
@@ -181,14 +179,13 @@ func TestMCPMounts(t *testing.T) {
 // (-32700) and the requests their answers. The garbage used to end the
 // server (exit 125) and every session with it.
 func TestMCPStdioMalformedLine(t *testing.T) {
-	needSessions(t)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		err := cmdMCP(ctx, []string{"--offline", "--max-output", "1KiB"}, inR, outW, io.Discard)
+		err := cmdMCP(ctx, []string{"--max-output", "1KiB"}, inR, outW, io.Discard)
 		outW.CloseWithError(fmt.Errorf("fumehood mcp ended: %v", err)) // no reader waits forever
 		done <- err
 	}()

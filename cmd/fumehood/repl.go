@@ -47,7 +47,7 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	interrupts, stopInterrupts := replInterrupts()
 	defer stopInterrupts()
 	startCtx, started := interruptible(ctx, interrupts)
-	py, err := c.compile(startCtx, true, stderr)
+	py, err := c.compile(startCtx)
 	if err != nil {
 		started()
 		return 0, err

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -109,7 +109,6 @@ type fileFlag struct{ host, guest string }
 type common struct {
 	onRun         func(sandbox.RunEvent) // the metrics' hook, or nil
 	timeout       *time.Duration
-	offline       *bool
 	cacheDir      *string
 	with          *string
 	fuel          *int64
@@ -127,8 +126,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	c.timeout = fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run")
-	c.offline = fs.Bool("offline", false, "never download the guest; fail if it is not installed")
-	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
+	c.cacheDir = fs.String("cache-dir", "", "cache directory (default $"+cache.DirEnv+" or the user cache directory)")
 	c.with = withFlag(fs)
 	c.fuel = fs.Int64("fuel", 0, "fuel budget of a run (WebAssembly instructions); 0 means the default")
 	c.memory = fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
@@ -188,27 +186,13 @@ func withFlag(fs *flag.FlagSet) *string {
 		cpython.BuildCommand+" --with numpy\")")
 }
 
-// compile compiles the Python guest (its session build if sessions is
-// set), installing it first unless --offline. With --with it compiles the
-// built guest's variant, which is built (`guest build --with`), never
-// installed here.
-func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (*sandbox.Guest, error) {
-	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions, OnRun: c.onRun}
+// compile compiles the Python guest, or with --with its variant. One that
+// is not built is an error naming the command that builds it.
+func (c *common) compile(ctx context.Context) (*sandbox.Guest, error) {
+	opts := &sandbox.Options{CacheDir: *c.cacheDir, OnRun: c.onRun}
 	if c.with != nil {
 		opts.With = splitList(*c.with)
 	}
-	py, err := sandbox.CompilePython(ctx, opts)
-	if !errors.Is(err, npm.ErrGuestNotInstalled) || *c.offline || len(opts.With) > 0 {
-		return py, err
-	}
-	what := "the Python guest is"
-	if sessions {
-		what = "the session build of the Python guest is"
-	}
-	fmt.Fprintf(stderr, "fumehood: %s not installed; installing it now (use --offline to prevent this)\n", what)
-	opts.Install = true
-	report := newProgress(stderr).report
-	opts.Progress = func(p sandbox.Progress) { report(npm.Progress(p)) }
 	return sandbox.CompilePython(ctx, opts)
 }
 
@@ -332,7 +316,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if sessions && len(progArgs) > 0 {
 		return 0, &usageError{"a session run takes no ARGS"}
 	}
-	py, err := c.compile(ctx, sessions, stderr)
+	py, err := c.compile(ctx)
 	if err != nil {
 		return 0, err
 	}

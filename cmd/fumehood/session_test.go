@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -10,17 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func needSessions(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("wasm-opt"); err != nil {
-		t.Skip("Binaryen's wasm-opt is not installed: no session build")
-	}
-}
-
 // TestSessionAcrossProcesses is the shell story: x = 41 in one process,
 // saved; print(x + 1) in another prints 42.
 func TestSessionAcrossProcesses(t *testing.T) {
-	needSessions(t)
 	dir := t.TempDir()
 	first, second := filepath.Join(dir, "1.snap"), filepath.Join(dir, "2.snap")
 	out, errs, err := subprocess(t, "run", "--snapshot", first, "-c", "x = 41\nopen('/work/f', 'w').write('file')")
@@ -51,7 +42,6 @@ func TestSessionAcrossProcesses(t *testing.T) {
 }
 
 func TestRepl(t *testing.T) {
-	needSessions(t)
 	snap := filepath.Join(t.TempDir(), "repl.snap")
 	input := "x = 41\ndef f(n):\n    return n + 1\n\nf(x)\n[1,\n 2]\n1/0\nwhile True: pass\nx\n:snapshot " + snap + "\n:bogus\n"
 	code, out, errs := fumehood(t, input, "repl", "--timeout", "1s")

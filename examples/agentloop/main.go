@@ -96,7 +96,7 @@ func run(ctx context.Context, w io.Writer) error {
 	// Sessions need the session build of the guest (prepared once per
 	// machine, in minutes, with Binaryen's wasm-opt; Install prepares it
 	// when it is missing).
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true, Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -35,11 +35,10 @@ func Shown(arguments string) string {
 }
 
 // ToolDescription is the description both examples give the model: the
-// code tool's, for the guest sandbox.CompilePython loads (the built guest
-// where it is built, else the npm guest). The fake API servers of the
+// code tool's, for the guest sandbox.CompilePython loads. The fake API servers of the
 // examples' tests check that a request carries it.
 func ToolDescription(ctx context.Context) (string, error) {
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true, Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return "", err
 	}

@@ -23,7 +23,7 @@ func main() {
 }
 
 func run(ctx context.Context, w io.Writer) error {
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -134,5 +134,5 @@ func resume(ctx context.Context, w io.Writer, name string) error {
 
 // compile compiles the session build of the Python guest.
 func compile(ctx context.Context) (*sandbox.Guest, error) {
-	return sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true, Install: true})
+	return sandbox.CompilePython(ctx, nil)
 }

@@ -30,7 +30,7 @@ func main() {
 
 func run(ctx context.Context, w io.Writer) error {
 	// Compile once per process; installs the guest on first use.
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -153,7 +153,7 @@ func main() {
 
 // serve serves on addr until ctx is done.
 func serve(ctx context.Context, addr string) error {
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func serve(ctx context.Context, addr string) error {
 func run(ctx context.Context, w io.Writer) error {
 	// Compile once, when the process starts: about half a second. Each
 	// request then costs only the run.
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func run(ctx context.Context, w io.Writer, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/internal/textcut"
 
 	"github.com/fumehood/fumehood/netpolicy"
 )
@@ -307,11 +307,8 @@ func clip(s string, n int) string {
 		return s
 	}
 	const mark = "..."
-	i := n - len(mark)
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + mark
+	cut, _ := textcut.Cut(s, n-len(mark))
+	return cut + mark
 }
 
 func (s *Server) call(r *run, req *request, size int) []byte {

@@ -43,7 +43,7 @@ const maxTurns = 10
 // run asks model the question with the code tool and runs the tool loop,
 // writing a transcript to w. It returns the model's final answer.
 func run(ctx context.Context, client openai.Client, model string, question string, w io.Writer) (string, error) {
-	py, err := sandbox.CompilePython(ctx, &sandbox.Options{Sessions: true, Install: true})
+	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return "", err
 	}

@@ -18,7 +18,7 @@ func builtRun(t *testing.T, code string) (string, string) {
 	t.Helper()
 	built(t)
 	ctx := context.Background()
-	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestBuilt})
+	g, err := sandbox.CompilePython(ctx, nil)
 	require.NoError(t, err)
 	defer g.Close()
 	res, err := g.Run(ctx, code, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 5 * time.Minute}})

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/fumehood/fumehood/internal/aptfetch"
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
@@ -26,7 +26,7 @@ import (
 // Build builds the guest and stores it in the cache, or returns the Info of
 // the one already there (unless opts.Force). Every input is checked against
 // its pinned SHA-256 before use; a mismatch is an error matching
-// npm.ErrIntegrity that names the file, and nothing is stored. The build
+// cache.ErrIntegrity that names the file, and nothing is stored. The build
 // runs in a temporary directory under the cache directory, removed
 // afterwards; an interrupted build leaves no entry behind, and the next
 // build removes what it left of its directory.
@@ -87,7 +87,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 		if err := ctx.Err(); err != nil {
 			return Info{}, err
 		}
-		opts.progress(npm.Progress{Stage: "build", Step: s.name, Done: int64(i), Total: int64(len(steps))})
+		opts.progress(cache.Progress{Stage: "build", Step: s.name, Done: int64(i), Total: int64(len(steps))})
 		if err := s.run(ctx); err != nil {
 			return Info{}, fmt.Errorf("cpython: build step %s: %w", s.name, err)
 		}
@@ -118,7 +118,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 }
 
 // saveGuest stores a guest's interpreter and standard library, prepares
-// the interpreter with npm.Steps (so a guest brings no unmetered
+// the interpreter with Steps (so a guest brings no unmetered
 // module), fills in info's digests, and writes info as the manifest, last
 // (an interrupted save leaves no entry). Build and Import both end here,
 // so an imported guest's digests are a local build's. A non-zero start
@@ -131,14 +131,14 @@ func (d dirs) saveGuest(ctx context.Context, opts *Options, info *Info, wasm, st
 	if info.StdlibSHA256, err = d.store.Put(stdlib); err != nil {
 		return err
 	}
-	opts.progress(npm.Progress{Stage: "prepare"})
-	info.PreparedSHA256, err = d.store.Run(ctx, info.WasmSHA256, npm.Steps, func(s pipeline.Step, i, n int) {
-		opts.progress(npm.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
+	opts.progress(cache.Progress{Stage: "prepare"})
+	info.PreparedSHA256, err = d.store.Run(ctx, info.WasmSHA256, Steps, func(s pipeline.Step, i, n int) {
+		opts.progress(cache.Progress{Stage: "prepare", Step: s.ID(), Done: int64(i), Total: int64(n)})
 	})
 	if err != nil {
 		return err
 	}
-	info.PreparedSteps = stepIDs(npm.Steps)
+	info.PreparedSteps = stepIDs(Steps)
 	if !start.IsZero() {
 		info.BuildSeconds = time.Since(start).Round(time.Second).Seconds()
 	}
@@ -197,7 +197,7 @@ func checkTools(tools []Tool) error {
 // fetchInputs returns the path of every input in list, verified, fetching
 // the missing ones into the cache's sources directory. The fetched files
 // are all verified before any is stored: one whose SHA-256 is not its pin
-// is an error matching npm.ErrIntegrity that names it, and none is kept.
+// is an error matching cache.ErrIntegrity that names it, and none is kept.
 func fetchInputs(ctx context.Context, d dirs, opts *Options, list []Input) (map[string]string, error) {
 	files := map[string]string{}
 	var missing []Input
@@ -233,7 +233,7 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options, list []Input) (map[
 	// The package lists (about 50 MB) serve only this fetch: the next one
 	// updates them anyway.
 	defer os.RemoveAll(d.apt)
-	opts.progress(npm.Progress{Stage: "fetch", Step: "apt-get update"})
+	opts.progress(cache.Progress{Stage: "fetch", Step: "apt-get update"})
 	if err := f.Update(ctx); err != nil {
 		// Another distribution's mirror (Ubuntu's) passes MachineMirror
 		// but has no Debian suites.
@@ -256,7 +256,7 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options, list []Input) (map[
 			names = append(names, in.Package)
 			continue
 		}
-		opts.progress(npm.Progress{Stage: "fetch", Step: in.File, Done: int64(i), Total: int64(len(missing))})
+		opts.progress(cache.Progress{Stage: "fetch", Step: in.File, Done: int64(i), Total: int64(len(missing))})
 		if err := f.Source(ctx, dl, in.Package, in.Version); err != nil {
 			return nil, fmt.Errorf("cpython: fetch %s %s (%s): %w", in.Package, in.Version, in.Suite, err)
 		}
@@ -265,7 +265,7 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options, list []Input) (map[
 		}
 	}
 	if len(binaries) > 0 {
-		opts.progress(npm.Progress{Stage: "fetch", Step: strings.Join(names, " "), Done: int64(len(missing) - len(binaries)), Total: int64(len(missing))})
+		opts.progress(cache.Progress{Stage: "fetch", Step: strings.Join(names, " "), Done: int64(len(missing) - len(binaries)), Total: int64(len(missing))})
 		if err := f.Binary(ctx, dl, binaries...); err != nil {
 			return nil, fmt.Errorf("cpython: fetch %s: %w", strings.Join(binaries, " "), err)
 		}
@@ -302,7 +302,7 @@ type fetcher interface {
 var newFetcher = func(dir string, suites ...string) (fetcher, error) { return aptfetch.New(dir, suites...) }
 
 // verifyFile checks path against in's SHA-256. A mismatch matches
-// npm.ErrIntegrity and names the file.
+// cache.ErrIntegrity and names the file.
 func verifyFile(path string, in Input) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -314,7 +314,7 @@ func verifyFile(path string, in Input) error {
 		return fmt.Errorf("cpython: %s: %w", in.File, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != in.SHA256 {
-		return fmt.Errorf("%w: %s (%s %s) has sha256 %s, want %s", npm.ErrIntegrity, in.File, in.Package, in.Version, got, in.SHA256)
+		return fmt.Errorf("%w: %s (%s %s) has sha256 %s, want %s", cache.ErrIntegrity, in.File, in.Package, in.Version, got, in.SHA256)
 	}
 	return nil
 }

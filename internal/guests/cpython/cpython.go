@@ -11,17 +11,19 @@
 // store: the interpreter (python.wasm, debug sections stripped) and the
 // standard library (a tar holding lib/python313.zip and share/zoneinfo,
 // served read-only at /usr by [StdlibFS]). The interpreter then goes
-// through the Python guest's preparation steps (npm.Steps). A manifest
+// through the preparation steps (Steps: debug sections stripped, errno
+// shim, fuel metering). A manifest
 // ([Info]) records the inputs, the flags and the digests; [Load] reads it.
 // sandbox.CompilePython loads this guest wherever it is built.
 //
-// [PrepareSession] makes its session build (asyncify, as the npm guest's),
-// [LoadSession] loads it. [Export] and [Import] move a built guest between
-// machines as one file, verified by digest before anything is stored.
+// Its one build serves one-shot runs and sessions alike, from
+// pre-initialized images through the driver's entry points (preinit.go).
+// [Export] and [Import] move a built guest between machines as one file,
+// verified by digest before anything is stored.
 //
 // From the command line:
 //
-//	fumehood guest build [--session]
+//	fumehood guest build
 //	fumehood guest info --built
 //	fumehood guest export FILE
 //	fumehood guest import FILE
@@ -35,7 +37,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
@@ -78,12 +80,12 @@ const elsewhere = "build the guest on a Debian machine or in a Debian container 
 
 // Options configure the build. The zero value uses the defaults.
 type Options struct {
-	// CacheDir overrides the cache directory (see npm.CacheDir).
+	// CacheDir overrides the cache directory (see cache.Dir).
 	CacheDir string
 	// Progress, if set, is told how the build proceeds: stage "fetch"
 	// (Step names the file), "build" (Step names the build step; Done and
 	// Total count steps) and "prepare".
-	Progress func(npm.Progress)
+	Progress func(cache.Progress)
 	// Jobs is the number of parallel make jobs; 0 means the number of CPUs.
 	Jobs int
 	// Force rebuilds even when the guest is in the cache.
@@ -99,7 +101,7 @@ type Options struct {
 	Sources map[string]string
 }
 
-func (o *Options) progress(p npm.Progress) {
+func (o *Options) progress(p cache.Progress) {
 	if o.Progress != nil {
 		o.Progress(p)
 	}
@@ -130,7 +132,7 @@ type Info struct {
 	// StdlibSHA256 and StdlibSize describe the standard library tar.
 	StdlibSHA256 string `json:"stdlib_sha256"`
 	StdlibSize   int64  `json:"stdlib_size"`
-	// PreparedSHA256 is the interpreter after npm.Steps.
+	// PreparedSHA256 is the interpreter after Steps.
 	PreparedSHA256 string `json:"prepared_sha256"`
 	// PreparedSteps lists those steps as name@version.
 	PreparedSteps []string `json:"prepared_steps"`
@@ -170,7 +172,7 @@ type dirs struct {
 }
 
 func (o *Options) dirs() (dirs, error) {
-	c, err := npm.CacheDir(o.CacheDir)
+	c, err := cache.Dir(o.CacheDir)
 	if err != nil {
 		return dirs{}, err
 	}
@@ -189,7 +191,7 @@ func (o *Options) dirs() (dirs, error) {
 	}, nil
 }
 
-// Load returns the prepared interpreter (npm.Steps applied) and the
+// Load returns the prepared interpreter (Steps applied) and the
 // build's Info, or an error matching ErrNotBuilt.
 func Load(ctx context.Context, opts *Options) ([]byte, Info, error) {
 	info, d, err := loadInfo(opts)
@@ -203,8 +205,7 @@ func Load(ctx context.Context, opts *Options) ([]byte, Info, error) {
 	return b, info, nil
 }
 
-// Open is Load without the copy where the platform allows (Linux), as
-// npm.Open is: the prepared interpreter mapped read-only, and done to
+// Open is Load without the copy where the platform allows (Linux): the prepared interpreter mapped read-only, and done to
 // call once the bytes are no longer used, which unmaps them and returns an
 // error if the file changed since it was checked.
 func Open(ctx context.Context, opts *Options) (wasm []byte, info Info, done func() error, err error) {

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -57,7 +57,7 @@ print(json.dumps(sorted(m for m in ("_decimal", "zlib", "_bz2", "_lzma", "_sqlit
 
 // TestBuiltGuestRunsModules runs the built guest through sandbox.Compile
 // (which applies the errno shim and fuel metering, the same functions as
-// npm.Steps) and Exec, with the standard library mounted read-only, and
+// cpython.Steps) and Exec, with the standard library mounted read-only, and
 // checks that the modules the build adds work and that it is 3.13.5.
 func TestBuiltGuestRunsModules(t *testing.T) {
 	info := built(t)
@@ -101,7 +101,7 @@ func TestBuiltGuestRunsModules(t *testing.T) {
 
 // TestBuiltDigestsMatch checks that the digests the manifest records are
 // those of the stored artifacts, and that the prepared interpreter is what
-// npm.Steps make of the built one.
+// cpython.Steps make of the built one.
 func TestBuiltDigestsMatch(t *testing.T) {
 	info := built(t)
 	ctx := context.Background()
@@ -126,7 +126,7 @@ func TestBuildReproducible(t *testing.T) {
 	info := built(t)
 	dir := t.TempDir()
 	// Reuse the downloaded inputs (Build checks them again), not the build.
-	cache, err := npm.CacheDir("")
+	cache, err := cache.Dir("")
 	require.NoError(t, err)
 	for _, in := range cpython.Inputs {
 		b, err := os.ReadFile(filepath.Join(cache, "cpython", "sources", in.File))

@@ -26,7 +26,7 @@ import (
 //	fumehood-guest/stdlib.tar      the standard library (Info.StdlibSHA256)
 //
 // Import checks every digest before it stores anything, and prepares the
-// interpreter itself (python.Steps: errno shim, fuel metering) rather than
+// interpreter itself (Steps: errno shim, fuel metering) rather than
 // trusting a prepared binary from the file.
 const (
 	exportManifest = "fumehood-guest/manifest.json"
@@ -178,7 +178,7 @@ func readExport(r io.Reader) (exported, error) {
 
 // Import reads an export (see Export) from r, verifies it, and stores it in
 // the cache as if it had been built here: the interpreter and standard
-// library by digest, the interpreter prepared by python.Steps here, then
+// library by digest, the interpreter prepared by Steps here, then
 // the manifest. A truncated or tampered file returns an error matching
 // ErrBadExport, an export of another build one matching ErrExportKey; in
 // either case nothing is stored.

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
@@ -109,7 +108,7 @@ func TestImportRoundTrip(t *testing.T) {
 	assert.Equal(t, info, got)
 	assert.Equal(t, pipeline.Digest(fakeWasm), got.WasmSHA256)
 	assert.NotEqual(t, got.WasmSHA256, got.PreparedSHA256, "the import prepared the interpreter itself")
-	assert.Equal(t, stepIDs(npm.Steps), got.PreparedSteps)
+	assert.Equal(t, stepIDs(Steps), got.PreparedSteps)
 	prepared, _, err := Load(ctx, opts)
 	require.NoError(t, err)
 	assert.Equal(t, got.PreparedSHA256, pipeline.Digest(prepared))

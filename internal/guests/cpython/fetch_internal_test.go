@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/internal/aptfetch"
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/cache"
 )
 
 // fakeFetcher writes, for every input of list (Inputs if nil) asked for,
@@ -68,7 +68,7 @@ func TestFetchTamperedInputCachesNothing(t *testing.T) {
 	d, err := opts.dirs()
 	require.NoError(t, err)
 	_, err = fetchInputs(context.Background(), d, opts, Inputs)
-	require.ErrorIs(t, err, npm.ErrIntegrity)
+	require.ErrorIs(t, err, cache.ErrIntegrity)
 	assert.Contains(t, err.Error(), Inputs[0].File)
 	assert.Equal(t, []string{Inputs[0].Package + "=" + Inputs[0].Version}, f.asked, "stops at the first bad file")
 	ents, _ := os.ReadDir(d.sources)
@@ -89,7 +89,7 @@ func TestVerifyFile(t *testing.T) {
 	require.NoError(t, verifyFile(p, in))
 	require.NoError(t, os.WriteFile(p, []byte("hell"), 0o644))
 	err := verifyFile(p, in)
-	require.ErrorIs(t, err, npm.ErrIntegrity)
+	require.ErrorIs(t, err, cache.ErrIntegrity)
 	assert.Contains(t, err.Error(), in.File)
 }
 

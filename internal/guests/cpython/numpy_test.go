@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -103,7 +103,6 @@ func TestNumpyGuest(t *testing.T) {
 	ctx := context.Background()
 	g := numpyGuest(t)
 	py := g.Python()
-	assert.Equal(t, sandbox.GuestBuilt, py.Guest)
 	assert.Equal(t, cpython.PythonVersion, py.Version)
 	assert.Equal(t, info.PreparedSHA256, py.SHA256)
 	assert.Equal(t, []string{cpython.Numpy}, py.With)
@@ -187,7 +186,7 @@ func TestNumpySession(t *testing.T) {
 func numpyGuest(t *testing.T) *sandbox.Guest {
 	t.Helper()
 	builtNumpy(t)
-	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{Guest: sandbox.GuestBuilt, With: []string{cpython.Numpy}})
+	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: []string{cpython.Numpy}})
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	return g
@@ -279,7 +278,7 @@ func TestNumpyInputsChecked(t *testing.T) {
 	_, err := cpython.Build(context.Background(), &cpython.Options{CacheDir: dir, With: []string{cpython.Numpy},
 		Sources: map[string]string{"numpy": bad}})
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, npm.ErrIntegrity) || errors.Is(err, cpython.ErrMissingTools), err)
+	assert.True(t, errors.Is(err, cache.ErrIntegrity) || errors.Is(err, cpython.ErrMissingTools), err)
 }
 
 // pytestDeps are the directories of Debian's python3-pytest (bookworm:
@@ -365,7 +364,7 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dist, "_pytest")); err != nil {
 		t.Skip("Debian's python3-pytest is not installed: apt-get install python3-pytest (make guest-build-numpy does, as root)")
 	}
-	cache, err := npm.CacheDir("")
+	cache, err := cache.Dir("")
 	require.NoError(t, err)
 	tarball := filepath.Join(cache, "cpython", "sources", cpython.NumpyInputs[0].File)
 	if _, err := os.Stat(tarball); err != nil {
@@ -446,7 +445,7 @@ func BenchmarkNumpyImport(b *testing.B) {
 		b.Skipf("the numpy variant is not built: %v", err)
 	}
 	ctx := context.Background()
-	g, err := sandbox.CompilePython(ctx, &sandbox.Options{Guest: sandbox.GuestBuilt, With: []string{cpython.Numpy}})
+	g, err := sandbox.CompilePython(ctx, &sandbox.Options{With: []string{cpython.Numpy}})
 	require.NoError(b, err)
 	defer g.Close()
 	const code = "import numpy as np\nprint(np.ones(3).sum())"

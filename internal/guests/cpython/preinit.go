@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/fumehood/fumehood/internal/textcut"
 )
 
 // The built guest exports, beside _start, the entry points of fumehood's
@@ -43,21 +43,19 @@ const (
 // which fumehood_init runs: it defines fumehood_exec, which runs a request
 // (the session driver's JSON request) and returns the outcome in the
 // format DecodeOutcome reads. Other start-up code may precede it.
-var DriverPython = DriverRun + fhdriverPython
+var DriverPython = driverRun + fhdriverPython
 
-// DriverRun is how fumehood's drivers run a request (driverrun.py's
-// _fumehood_runner), Python shared by the built guest's driver and the
-// npm guest's session driver (the sandbox package's), each of which
-// follows it in one source.
+// driverRun is how the driver runs a request (driverrun.py's
+// _fumehood_runner).
 //
 //go:embed driverrun.py
-var DriverRun string
+var driverRun string
 
 //go:embed fhdriver.py
 var fhdriverPython string
 
 // ErrNoDriver reports a module without the driver's exports (any other
-// WASI program, the npm guest, or a build from before the driver).
+// WASI program, or a build from before the driver).
 var ErrNoDriver = errors.New("cpython: the module does not export the driver's entry points")
 
 // ErrDriver reports that the driver failed: fumehood_init returned an
@@ -339,7 +337,7 @@ func DecodeOutcome(b []byte, limit int) (*Outcome, error) {
 		*o.Exit = int(*meta.Exit)
 	}
 	text := func(b []byte) string {
-		s, cut := capText(b, limit)
+		s, cut := textcut.Cut(string(b[:min(len(b), max(limit, 0)+1)]), limit)
 		o.Truncated = o.Truncated || cut
 		return s
 	}
@@ -350,27 +348,4 @@ func DecodeOutcome(b []byte, limit int) (*Outcome, error) {
 		o.Exception = &Exception{Type: text(parts[2]), Message: text(parts[3]), Traceback: text(parts[4])}
 	}
 	return o, nil
-}
-
-// capText returns b as valid UTF-8 of at most limit bytes, cut at a
-// character boundary, and whether it cut.
-func capText(b []byte, limit int) (string, bool) {
-	if limit < 0 {
-		limit = 0
-	}
-	cut := false
-	if len(b) > limit {
-		// Keep 3 more bytes to finish the character at the limit.
-		b, cut = b[:min(len(b), limit+3)], true
-	}
-	s := strings.ToValidUTF8(string(b), "\uFFFD")
-	if len(s) > limit {
-		cut = true
-		i := limit
-		for i > 0 && !utf8.RuneStart(s[i]) {
-			i--
-		}
-		s = s[:i]
-	}
-	return s, cut
 }

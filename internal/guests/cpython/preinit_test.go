@@ -22,15 +22,15 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/guests/cpython"
-	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
-// preinitGuest is the built guest, prepared (npm.Steps: the errno shim
+// preinitGuest is the built guest, prepared (cpython.Steps: the errno shim
 // and fuel) and with every mutable global exported, compiled on its own
 // wazero runtime with the WASI and fuel host modules: what a host needs to
 // run the driver's entry points, without the sandbox package.
@@ -58,7 +58,7 @@ type budgetKey struct{}
 var errFuel = errors.New("out of fuel")
 
 // wasmEnv names a python.wasm to test instead of the built guest's (to try
-// a change of the driver with a relink, before a build); npm.Steps are
+// a change of the driver with a relink, before a build); cpython.Steps are
 // applied to it here.
 const wasmEnv = "FUMEHOOD_TEST_PREINIT_WASM"
 
@@ -81,7 +81,7 @@ func compilePreinit(ctx context.Context) (*preinitGuest, error) {
 		if wasm, err = os.ReadFile(file); err != nil {
 			return nil, err
 		}
-		for _, s := range npm.Steps {
+		for _, s := range cpython.Steps {
 			if wasm, err = s.Apply(ctx, wasm); err != nil {
 				return nil, err
 			}
@@ -93,11 +93,11 @@ func compilePreinit(ctx context.Context) (*preinitGuest, error) {
 	if err != nil {
 		return nil, err
 	}
-	globals, err := wasmbin.ExportMutableGlobals(m, npm.GlobalExportPrefix)
+	globals, err := wasmbin.ExportMutableGlobals(m, "fumehood_global_")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := npm.CacheDir("")
+	dir, err := cache.Dir("")
 	if err != nil {
 		return nil, err
 	}

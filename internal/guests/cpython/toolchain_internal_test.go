@@ -17,7 +17,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/fumehood/fumehood/internal/aptfetch"
-	"github.com/fumehood/fumehood/internal/guests/npm"
+	"github.com/fumehood/fumehood/internal/cache"
 )
 
 // TestToolchainInputsPinned: every pinned architecture has the same
@@ -96,7 +96,7 @@ func TestToolchainTamperedPackageCachesNothing(t *testing.T) {
 	d, err := opts.dirs()
 	require.NoError(t, err)
 	_, err = fetchInputs(context.Background(), d, opts, list)
-	require.ErrorIs(t, err, npm.ErrIntegrity)
+	require.ErrorIs(t, err, cache.ErrIntegrity)
 	assert.Contains(t, err.Error(), "libllvm19_1%3a19.1.7-3~deb12u1_amd64.deb")
 	assert.Contains(t, err.Error(), "(libllvm19 1:19.1.7-3~deb12u1)")
 	assert.Contains(t, f.asked, "clang-19=1:19.1.7-3~deb12u1", "fetched before libllvm19")
@@ -126,7 +126,7 @@ func TestVerifyToolchainPackage(t *testing.T) {
 	p := filepath.Join(t.TempDir(), list[0].File)
 	require.NoError(t, os.WriteFile(p, []byte("!<arch>\nnot clang"), 0o644))
 	err = verifyFile(p, list[0])
-	require.ErrorIs(t, err, npm.ErrIntegrity)
+	require.ErrorIs(t, err, cache.ErrIntegrity)
 	assert.Contains(t, err.Error(), "clang-19_1%3a19.1.7-3~deb12u1_amd64.deb")
 	assert.Contains(t, err.Error(), list[0].SHA256)
 }
@@ -212,7 +212,7 @@ func TestToolchainCompilesC(t *testing.T) {
 // seedSources copies into sources the packages of list that the user's
 // cache already holds and that match their pins.
 func seedSources(t *testing.T, sources string, list []Input) {
-	c, err := npm.CacheDir("")
+	c, err := cache.Dir("")
 	if err != nil {
 		return
 	}
@@ -252,7 +252,7 @@ func TestBuildRefusesTamperedToolchain(t *testing.T) {
 	f := &fakeFetcher{content: func(in Input) []byte { return []byte("tampered " + in.File) }, list: list}
 	useFetcher(t, f)
 	_, err = Build(context.Background(), opts)
-	require.ErrorIs(t, err, npm.ErrIntegrity)
+	require.ErrorIs(t, err, cache.ErrIntegrity)
 	t.Log(err)
 	assert.Contains(t, err.Error(), list[0].File)
 	assert.Contains(t, err.Error(), "("+list[0].Package+" "+list[0].Version+")")
