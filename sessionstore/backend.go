@@ -42,7 +42,8 @@ type Backend interface {
 	// ErrConflict otherwise. Removing a record that is not there does
 	// nothing.
 	Remove(ctx context.Context, t Table, key string, rev uint64) error
-	// PutBlob stores a blob, replacing one of the same key and id.
+	// PutBlob stores a blob. A blob of the same key and id has the same
+	// bytes (its id is their address): it may be kept instead.
 	PutBlob(ctx context.Context, key, id string, data []byte) error
 	// GetBlob returns a blob, or ErrNotFound.
 	GetBlob(ctx context.Context, key, id string) ([]byte, error)

@@ -337,16 +337,21 @@ func testTampered(t *testing.T, h Harness) {
 	blob, err := b.GetBlob(ctx, "victim", got.Digest)
 	require.NoError(t, err)
 	changed := bytes.Replace(blob, []byte("good"), []byte("evil"), 1)
-	require.NoError(t, b.PutBlob(ctx, "victim", got.Digest, changed))
+	replace := func(id string, data []byte) {
+		require.NoError(t, b.RemoveBlob(ctx, "victim", id))
+		require.NoError(t, b.PutBlob(ctx, "victim", id, data))
+	}
+	replace(got.Digest, changed)
 	_, err = s.Get(ctx, "victim", got.Ref)
 	assert.ErrorIs(t, err, sessionstore.ErrTampered, "changed snapshot bytes")
 	keyless := newStore(t, b, nil)
+	require.NoError(t, b.RemoveBlob(ctx, "victim", evil.Digest))
 	_, err = keyless.Put(ctx, "victim", []byte("evil state"))
 	require.NoError(t, err)
 	_, err = s.Get(ctx, "victim", evil)
 	assert.ErrorIs(t, err, sessionstore.ErrTampered, "a snapshot written without the key")
 	// Without a key, changed bytes are still caught by their address.
-	require.NoError(t, b.PutBlob(ctx, "victim", got.Digest, changed))
+	replace(got.Digest, changed)
 	_, err = keyless.Get(ctx, "victim", h1.Ref)
 	assert.ErrorIs(t, err, sessionstore.ErrTampered, "bytes that do not match their address")
 	// A short key is refused.
