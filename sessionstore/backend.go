@@ -28,7 +28,7 @@ func (t Table) String() string {
 // with a compare-and-swap on their revisions, and blobs. A Store checks
 // names, seals records and keeps leases and expiry; a Backend stores bytes.
 // Keys given to a Backend have passed CheckName; a blob's id is a SHA-256
-// in hex. Errors match ErrNotFound, ErrConflict and, when the backing
+// in hex, '-' and 16 hex digits, and unique: a blob is written once. Errors match ErrNotFound, ErrConflict and, when the backing
 // service cannot be reached, ErrUnavailable.
 //
 // Package storetest checks a Backend's behaviour.
@@ -42,8 +42,7 @@ type Backend interface {
 	// ErrConflict otherwise. Removing a record that is not there does
 	// nothing.
 	Remove(ctx context.Context, t Table, key string, rev uint64) error
-	// PutBlob stores a blob. A blob of the same key and id has the same
-	// bytes (its id is their address): it may be kept instead.
+	// PutBlob stores a blob.
 	PutBlob(ctx context.Context, key, id string, data []byte) error
 	// GetBlob returns a blob, or ErrNotFound.
 	GetBlob(ctx context.Context, key, id string) ([]byte, error)

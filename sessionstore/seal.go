@@ -18,6 +18,7 @@ type headRecord struct {
 	Name    string `json:"name"`
 	Digest  string `json:"digest"`
 	Size    int64  `json:"size"`
+	ID      string `json:"id"`
 	Created int64  `json:"created"` // Unix nanoseconds
 	Updated int64  `json:"updated"`
 	Tag     string `json:"tag,omitempty"` // HMAC-SHA256 in hex; none without a key
@@ -27,7 +28,7 @@ type headRecord struct {
 // name, so a valid head cannot be moved to another conversation.
 func (s *store) headTag(r *headRecord) string {
 	m := hmac.New(sha256.New, s.opts.Key)
-	for _, f := range []string{"fumehood-head-v1", r.Name, r.Digest, strconv.FormatInt(r.Size, 10),
+	for _, f := range []string{"fumehood-head-v1", r.Name, r.Digest, r.ID, strconv.FormatInt(r.Size, 10),
 		strconv.FormatInt(r.Created, 10), strconv.FormatInt(r.Updated, 10)} {
 		m.Write([]byte(f))
 		m.Write([]byte{0})
@@ -36,7 +37,7 @@ func (s *store) headTag(r *headRecord) string {
 }
 
 func (s *store) sealHead(name string, h Head) []byte {
-	r := headRecord{Version: 1, Name: name, Digest: h.Digest, Size: h.Size,
+	r := headRecord{Version: 1, Name: name, Digest: h.Digest, Size: h.Size, ID: h.ID,
 		Created: h.Created.UnixNano(), Updated: h.Updated.UnixNano()}
 	if s.opts.Key != nil {
 		r.Tag = s.headTag(&r)
@@ -58,24 +59,25 @@ func (s *store) openHead(name string, raw []byte) (Head, error) {
 			return Head{}, fmt.Errorf("%w: the head's tag is wrong (forged, changed, or another key)", ErrTampered)
 		}
 	}
-	if r.Name != name || !validDigest(r.Digest) || r.Size < 0 {
-		return Head{}, fmt.Errorf("%w: the head names conversation %q, snapshot %q", ErrTampered, r.Name, r.Digest)
+	ref := Ref{Digest: r.Digest, Size: r.Size, ID: r.ID}
+	if r.Name != name || !validRef(ref) {
+		return Head{}, fmt.Errorf("%w: the head names conversation %q, snapshot %q", ErrTampered, r.Name, r.ID)
 	}
-	return Head{Ref: Ref{Digest: r.Digest, Size: r.Size},
+	return Head{Ref: ref,
 		Created: time.Unix(0, r.Created).UTC(), Updated: time.Unix(0, r.Updated).UTC()}, nil
 }
 
 // blobMagic begins a stored snapshot, followed by its tag and its bytes.
 var blobMagic = []byte("FHSS\x01")
 
-// blobTag is a snapshot's HMAC, over its conversation and digest; zeros
-// without a key.
+// blobTag is a snapshot's HMAC, over its conversation, ID and digest;
+// zeros without a key.
 func (s *store) blobTag(name string, ref Ref) []byte {
 	if s.opts.Key == nil {
 		return make([]byte, sha256.Size)
 	}
 	m := hmac.New(sha256.New, s.opts.Key)
-	for _, f := range []string{"fumehood-snapshot-v1", name, ref.Digest} {
+	for _, f := range []string{"fumehood-snapshot-v1", name, ref.ID, ref.Digest} {
 		m.Write([]byte(f))
 		m.Write([]byte{0})
 	}
@@ -98,7 +100,7 @@ func (s *store) openBlob(name string, ref Ref, raw []byte) ([]byte, error) {
 	if s.opts.Key != nil && !hmac.Equal(tag, s.blobTag(name, ref)) {
 		return nil, fmt.Errorf("%w: the snapshot's tag is wrong or missing", ErrTampered)
 	}
-	if got := RefOf(data); got != ref {
+	if got := RefOf(data); got.Digest != ref.Digest || got.Size != ref.Size {
 		return nil, fmt.Errorf("%w: the snapshot's bytes do not match their address", ErrTampered)
 	}
 	return data, nil

@@ -25,10 +25,12 @@ package sessionstore
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -82,15 +84,21 @@ type Options struct {
 	LeaseWait time.Duration
 }
 
-// Ref is a snapshot's content address within its conversation.
+// Ref is a stored snapshot of a conversation: its content address and the
+// name of its copy.
 type Ref struct {
 	// Digest is the SHA-256 of the snapshot's bytes, in hex.
 	Digest string
 	// Size is the snapshot's length in bytes.
 	Size int64
+	// ID names the stored copy: the digest, '-' and a random suffix, so
+	// that each Put writes an object of its own that is never rewritten
+	// (two writers of the same bytes cannot replace each other's copy
+	// under a reader).
+	ID string
 }
 
-// RefOf returns the content address of snapshot bytes.
+// RefOf returns the content address of snapshot bytes (no ID).
 func RefOf(data []byte) Ref {
 	sum := sha256.Sum256(data)
 	return Ref{Digest: hex.EncodeToString(sum[:]), Size: int64(len(data))}
@@ -114,8 +122,8 @@ type Store interface {
 	// ErrTampered if it fails its integrity check.
 	Load(ctx context.Context, name string) (Head, error)
 	// Put stores snapshot bytes for the conversation and returns their
-	// address. Snapshots are immutable: putting the same bytes again is
-	// harmless. A snapshot no head points to is invisible.
+	// Ref. A stored snapshot is immutable; one no head points to is
+	// invisible (Drop deletes it).
 	Put(ctx context.Context, name string, data []byte) (Ref, error)
 	// Get returns the bytes of a snapshot Put for the conversation,
 	// checked against ref (ErrTampered) and, with a key, against their tag.
@@ -192,7 +200,7 @@ func (s *store) Load(ctx context.Context, name string) (Head, error) {
 	if s.opts.TTL > 0 && s.now().Sub(h.Updated) > s.opts.TTL {
 		// Best effort: the next Load says the same if this fails.
 		if s.b.Remove(ctx, Heads, name, rev) == nil {
-			_ = s.b.RemoveBlob(ctx, name, h.Digest)
+			_ = s.b.RemoveBlob(ctx, name, h.ID)
 		}
 		return Head{}, fmt.Errorf("sessionstore: loading %q: %w (expired after %v without a commit)", name, ErrNotFound, s.opts.TTL)
 	}
@@ -204,7 +212,10 @@ func (s *store) Put(ctx context.Context, name string, data []byte) (Ref, error) 
 		return Ref{}, err
 	}
 	ref := RefOf(data)
-	if err := s.b.PutBlob(ctx, name, ref.Digest, s.sealBlob(name, ref, data)); err != nil {
+	var suffix [8]byte
+	_, _ = rand.Read(suffix[:])
+	ref.ID = ref.Digest + "-" + hex.EncodeToString(suffix[:])
+	if err := s.b.PutBlob(ctx, name, ref.ID, s.sealBlob(name, ref, data)); err != nil {
 		return Ref{}, fmt.Errorf("sessionstore: storing a snapshot of %q: %w", name, err)
 	}
 	return ref, nil
@@ -214,10 +225,10 @@ func (s *store) Get(ctx context.Context, name string, ref Ref) ([]byte, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	if !validDigest(ref.Digest) {
-		return nil, fmt.Errorf("sessionstore: %q is not a snapshot address", ref.Digest)
+	if !validRef(ref) {
+		return nil, fmt.Errorf("sessionstore: %q is not a stored snapshot", ref.ID)
 	}
-	raw, err := s.b.GetBlob(ctx, name, ref.Digest)
+	raw, err := s.b.GetBlob(ctx, name, ref.ID)
 	if err != nil {
 		return nil, fmt.Errorf("sessionstore: reading the snapshot of %q: %w", name, err)
 	}
@@ -232,8 +243,8 @@ func (s *store) Commit(ctx context.Context, name string, prev Head, ref Ref) (He
 	if err := CheckName(name); err != nil {
 		return Head{}, err
 	}
-	if !validDigest(ref.Digest) || ref.Size < 0 {
-		return Head{}, fmt.Errorf("sessionstore: %q is not a snapshot address", ref.Digest)
+	if !validRef(ref) {
+		return Head{}, fmt.Errorf("sessionstore: %q is not a stored snapshot", ref.ID)
 	}
 	now := s.now().UTC()
 	h := Head{Ref: ref, Created: prev.Created, Updated: now}
@@ -252,10 +263,10 @@ func (s *store) Drop(ctx context.Context, name string, ref Ref) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	if !validDigest(ref.Digest) {
-		return fmt.Errorf("sessionstore: %q is not a snapshot address", ref.Digest)
+	if !validRef(ref) {
+		return fmt.Errorf("sessionstore: %q is not a stored snapshot", ref.ID)
 	}
-	if err := s.b.RemoveBlob(ctx, name, ref.Digest); err != nil {
+	if err := s.b.RemoveBlob(ctx, name, ref.ID); err != nil {
 		return fmt.Errorf("sessionstore: dropping a snapshot of %q: %w", name, err)
 	}
 	return nil
@@ -278,7 +289,7 @@ func (s *store) Delete(ctx context.Context, name string) error {
 	// A head that fails its check still goes; its snapshot is found only
 	// from a valid one.
 	if h, err := s.openHead(name, raw); err == nil {
-		if err := s.b.RemoveBlob(ctx, name, h.Digest); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := s.b.RemoveBlob(ctx, name, h.ID); err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("sessionstore: deleting the snapshot of %q: %w", name, err)
 		}
 	}
@@ -287,12 +298,19 @@ func (s *store) Delete(ctx context.Context, name string) error {
 
 func (s *store) Close() error { return s.b.Close() }
 
-// validDigest reports whether d is a SHA-256 in lower-case hex.
-func validDigest(d string) bool {
-	if len(d) != 2*sha256.Size {
+// validRef reports whether ref is a digest, a size and an ID made of the
+// digest, '-' and 16 hex digits.
+func validRef(ref Ref) bool {
+	digest, suffix, ok := strings.Cut(ref.ID, "-")
+	return ok && digest == ref.Digest && isHex(digest, 2*sha256.Size) && isHex(suffix, 16) && ref.Size >= 0
+}
+
+// isHex reports whether s is n lower-case hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
 		return false
 	}
-	for _, c := range []byte(d) {
+	for _, c := range []byte(s) {
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
 			return false
 		}

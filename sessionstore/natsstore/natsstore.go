@@ -59,11 +59,12 @@ type Backend struct {
 	heads   jetstream.KeyValue
 	leases  jetstream.KeyValue
 	objects jetstream.ObjectStore
-	ttl     time.Duration // the buckets' max age; 0: none
 }
 
 // New returns the backend on a connection, creating its buckets or
-// updating their configuration. Close leaves the connection open.
+// updating their configuration. Close leaves the connection open. Give
+// the connection nats.ReconnectBufSize(-1), as Connect does: otherwise a
+// commit that timed out while it reconnected can still land afterwards.
 func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	var o Options
 	if opts != nil {
@@ -83,11 +84,18 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	if err != nil {
 		return nil, wrap("connecting to JetStream", err)
 	}
-	b := &Backend{ttl: o.TTL}
+	b := &Backend{}
 	kv := func(name string, ttl time.Duration) (jetstream.KeyValue, error) {
-		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: name, History: 1, TTL: ttl, Replicas: o.Replicas, Storage: jetstream.FileStorage,
 			Description: "fumehood sessionstore"})
+		if err != nil {
+			return nil, err
+		}
+		if err := leaderReads(ctx, js, "KV_"+name); err != nil {
+			return nil, err
+		}
+		return js.KeyValue(ctx, name) // a handle that knows reads go to the leader
 	}
 	if b.heads, err = kv(o.Heads, o.TTL); err != nil {
 		return nil, wrap("the heads bucket "+o.Heads, err)
@@ -98,18 +106,43 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	b.objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: o.Objects, TTL: o.TTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
 		Description: "fumehood sessionstore"})
+	if err == nil {
+		err = leaderReads(ctx, js, "OBJ_"+o.Objects)
+	}
+	if err == nil {
+		b.objects, err = js.ObjectStore(ctx, o.Objects) // a handle that knows
+	}
 	if err != nil {
 		return nil, wrap("the objects bucket "+o.Objects, err)
 	}
 	return b, nil
 }
 
+// leaderReads turns off a bucket's direct gets, which any replica answers,
+// possibly behind the leader: a head read from a lagging replica would
+// look unchanged when it moved (the commit's compare-and-swap still
+// catches it, as a conflict), and an object just stored could be missing.
+func leaderReads(ctx context.Context, js jetstream.JetStream, stream string) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = false
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
+}
+
 // Connect dials the NATS servers at urls (comma-separated) and returns the
 // backend on that connection, which Close closes. The connection
-// reconnects forever.
+// reconnects forever, and buffers nothing while it does: a write that
+// fails is not sent later behind its caller's back.
 func Connect(ctx context.Context, urls string, opts *Options, natsOpts ...nats.Option) (*Backend, error) {
 	natsOpts = append([]nats.Option{nats.Name("fumehood sessionstore"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100 * time.Millisecond)}, natsOpts...)
+		nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(-1)}, natsOpts...)
 	nc, err := nats.Connect(urls, natsOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: nats: connecting to %s: %w", sessionstore.ErrUnavailable, urls, err)
@@ -173,7 +206,7 @@ func wrap(what string, err error) error {
 	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting),
 		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrConnectionClosed),
-		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoServers):
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrReconnectBufExceeded):
 		return fmt.Errorf("%w: nats: %s: %w", sessionstore.ErrUnavailable, what, err)
 	}
 	return fmt.Errorf("nats: %s: %w", what, err)
@@ -221,16 +254,11 @@ func (b *Backend) Remove(ctx context.Context, t sessionstore.Table, key string, 
 	return err
 }
 
-// PutBlob implements sessionstore.Backend. A blob is content-addressed:
-// one already stored is not written again (an object store put replaces
-// the object's chunks, under a reader's feet), unless it is old enough that
-// the bucket's TTL might drop it soon.
+// PutBlob implements sessionstore.Backend. Blob ids are unique: an
+// object is never replaced (a replacement drops the object's chunks under
+// a reader's feet).
 func (b *Backend) PutBlob(ctx context.Context, key, id string, data []byte) error {
-	info, err := b.objects.GetInfo(ctx, key+"/"+id)
-	if err == nil && !info.Deleted && (b.ttl == 0 || time.Since(info.ModTime) < b.ttl/2) {
-		return nil
-	}
-	_, err = b.objects.PutBytes(ctx, key+"/"+id, data)
+	_, err := b.objects.PutBytes(ctx, key+"/"+id, data)
 	return wrap("storing snapshot "+key+"/"+id, err)
 }
 

@@ -302,7 +302,7 @@ func testTampered(t *testing.T, h Harness) {
 	// The head pointed at other bytes, its tag kept.
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(raw, &rec))
-	rec["digest"] = evil.Digest
+	rec["digest"], rec["id"] = evil.Digest, evil.ID
 	forged, _ := json.Marshal(rec)
 	rev, err = b.Set(ctx, sessionstore.Heads, "victim", forged, rev)
 	require.NoError(t, err)
@@ -334,24 +334,23 @@ func testTampered(t *testing.T, h Harness) {
 		require.NoError(t, w.Delete(ctx, "other-writer"))
 	}
 	// The snapshot's bytes changed, or replaced by a keyless writer's.
-	blob, err := b.GetBlob(ctx, "victim", got.Digest)
+	blob, err := b.GetBlob(ctx, "victim", got.ID)
 	require.NoError(t, err)
 	changed := bytes.Replace(blob, []byte("good"), []byte("evil"), 1)
 	replace := func(id string, data []byte) {
 		require.NoError(t, b.RemoveBlob(ctx, "victim", id))
 		require.NoError(t, b.PutBlob(ctx, "victim", id, data))
 	}
-	replace(got.Digest, changed)
+	replace(got.ID, changed)
 	_, err = s.Get(ctx, "victim", got.Ref)
 	assert.ErrorIs(t, err, sessionstore.ErrTampered, "changed snapshot bytes")
 	keyless := newStore(t, b, nil)
-	require.NoError(t, b.RemoveBlob(ctx, "victim", evil.Digest))
-	_, err = keyless.Put(ctx, "victim", []byte("evil state"))
+	evil2, err := keyless.Put(ctx, "victim", []byte("evil state"))
 	require.NoError(t, err)
-	_, err = s.Get(ctx, "victim", evil)
+	_, err = s.Get(ctx, "victim", evil2)
 	assert.ErrorIs(t, err, sessionstore.ErrTampered, "a snapshot written without the key")
 	// Without a key, changed bytes are still caught by their address.
-	replace(got.Digest, changed)
+	replace(got.ID, changed)
 	_, err = keyless.Get(ctx, "victim", h1.Ref)
 	assert.ErrorIs(t, err, sessionstore.ErrTampered, "bytes that do not match their address")
 	// A short key is refused.
@@ -383,8 +382,10 @@ func testBadNames(t *testing.T, h Harness) {
 	}
 	assert.NoError(t, sessionstore.CheckName(strings.Repeat("a", sessionstore.MaxName)))
 	assert.NoError(t, sessionstore.CheckName("user-1.conv_2"))
-	_, err = s.Get(ctx, "good", sessionstore.Ref{Digest: "../../etc/passwd"})
-	assert.Error(t, err, "a bad address")
+	for _, id := range []string{"../../etc/passwd", good.Digest, good.Digest + "-../../x", good.ID + "/x"} {
+		_, err = s.Get(ctx, "good", sessionstore.Ref{Digest: good.Digest, ID: id})
+		assert.Error(t, err, "a bad ID %q", id)
+	}
 	got, err := s.Load(ctx, "good")
 	require.NoError(t, err)
 	assert.Equal(t, good, got)
@@ -411,7 +412,11 @@ func testUnreachable(t *testing.T, h Harness) {
 	assert.NotErrorIs(t, err, sessionstore.ErrConflict)
 	t.Logf("commit while unreachable: %v", err)
 	restore()
-	got, err := s.Load(ctx, "u")
+	var got sessionstore.Head
+	require.Eventually(t, func() bool { // a client reconnects
+		got, err = s.Load(ctx, "u")
+		return !errors.Is(err, sessionstore.ErrUnavailable)
+	}, 10*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, h1, got, "no half-written head")
 	data, err := s.Get(ctx, "u", got.Ref)
