@@ -1,0 +1,310 @@
+package sessionstore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fumehood/fumehood/sandbox"
+)
+
+// Defaults of SessionsOptions.
+const (
+	// DefaultLeaseTTL is SessionsOptions.LeaseTTL's default.
+	DefaultLeaseTTL = 30 * time.Second
+	// DefaultMaxLive is SessionsOptions.MaxLive's default.
+	DefaultMaxLive = 16
+)
+
+// SessionsOptions configure Sessions. The zero value gives new and resumed
+// sessions the sandbox package's defaults, and the defaults above.
+type SessionsOptions struct {
+	// Config configures new sessions and resumed ones (their limits,
+	// network, mounts; a resumed session's environment is its snapshot's).
+	Config *sandbox.Config
+	// LeaseTTL is how long a call holds its conversation without renewing
+	// it; a call renews it every third of that, so it bounds how long a
+	// conversation stays held after its replica died. 0 means
+	// DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// MaxLive bounds the sessions kept live (hibernated) between calls, so
+	// that a conversation's next call here skips the resume; 0 means
+	// DefaultMaxLive, a negative value keeps none.
+	MaxLive int
+}
+
+// Sessions runs the calls of conversations kept in a Store, one call of a
+// conversation at a time across every process sharing the store. It keeps
+// recently used sessions live, with the head revision they hold: a call
+// whose head has not moved runs on the live session after one revision
+// check; any other resumes the head's snapshot. It is safe for concurrent
+// use.
+type Sessions struct {
+	st   Store
+	py   *sandbox.Guest
+	opts SessionsOptions
+
+	mu     sync.Mutex
+	live   map[string]*liveSession
+	clock  uint64 // counts kept sessions, to find the least recently used
+	closed bool
+}
+
+// liveSession is a session in memory and the head it is at.
+type liveSession struct {
+	s    *sandbox.Session
+	head Head
+	used uint64 // Sessions.clock when it was kept
+}
+
+// NewSessions returns Sessions that keep the conversations in st and run
+// them on py, the session build of a guest (sandbox.Options.Sessions).
+func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
+	var o SessionsOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.MaxLive == 0 {
+		o.MaxLive = DefaultMaxLive
+	}
+	return &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}}
+}
+
+// Do runs one call of a conversation: it takes the conversation's lease
+// (waiting up to the store's LeaseWait, then ErrBusy), brings its session
+// (the live one if the head has not moved, else resumed from the head's
+// snapshot, else a new one: fresh is true), calls run, snapshots the
+// session, stores the snapshot and commits it as the new head, and
+// releases the lease.
+//
+// The call's effects are kept only if Do returns nil. An error from run,
+// a session that cannot be snapshotted, a lost lease (ErrLeaseLost) or a
+// head that moved (ErrConflict: another process committed first) commit
+// nothing: the conversation stays at its last committed state, and the
+// session run worked on is closed, never used again.
+func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Context, s *sandbox.Session, fresh bool) error) (err error) {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	lease, err := c.st.Lease(ctx, name, c.opts.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := lease.Release(rctx); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	rctx, lost := c.renew(ctx, lease)
+	defer lost()
+
+	head, err := c.st.Load(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		head, err = Head{}, nil
+	}
+	if err != nil {
+		c.drop(name)
+		return err
+	}
+	s, fresh, err := c.bring(ctx, name, head)
+	if err != nil {
+		return err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			s.Close()
+		}
+	}()
+	if err := run(rctx, s, fresh); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := s.Snapshot(&buf); err != nil {
+		return fmt.Errorf("sessionstore: %q: snapshotting the session: %w", name, err)
+	}
+	ref, err := c.st.Put(ctx, name, buf.Bytes())
+	if err != nil {
+		return err
+	}
+	if err := lease.Renew(ctx); err != nil {
+		return err
+	}
+	if err := lost(); err != nil {
+		return err
+	}
+	next, err := c.st.Commit(ctx, name, head, ref)
+	if err != nil {
+		if ref != head.Ref {
+			_ = c.st.Drop(ctx, name, ref)
+		}
+		return err
+	}
+	if head.Revision != 0 && ref != head.Ref {
+		_ = c.st.Drop(ctx, name, head.Ref) // no head points to it
+	}
+	keep = c.keep(name, s, next)
+	return nil
+}
+
+// renew renews the lease every third of its ttl while a call runs; when
+// that fails it cancels the returned context. stop ends the renewals and
+// returns the loss, if any.
+func (c *Sessions) renew(ctx context.Context, lease Lease) (_ context.Context, stop func() error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var once sync.Once
+	var loss error
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(c.opts.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := lease.Renew(rctx); err != nil && !errors.Is(err, context.Canceled) {
+					loss = fmt.Errorf("the call ran past its lease: %w", err)
+					cancel(loss)
+					return
+				}
+			}
+		}
+	}()
+	return rctx, func() error {
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
+		if loss == nil {
+			return nil
+		}
+		if errors.Is(loss, ErrLeaseLost) {
+			return loss
+		}
+		return fmt.Errorf("%w: %w", ErrLeaseLost, loss)
+	}
+}
+
+// bring returns the session of a conversation at head: its live one if
+// it holds head, else one resumed from head's snapshot, else (no head) a
+// new one.
+func (c *Sessions) bring(ctx context.Context, name string, head Head) (_ *sandbox.Session, fresh bool, _ error) {
+	c.mu.Lock()
+	l := c.live[name]
+	delete(c.live, name)
+	c.mu.Unlock()
+	if l != nil {
+		if head.Revision != 0 && l.head.Revision == head.Revision && l.head.Ref == head.Ref {
+			return l.s, false, nil
+		}
+		l.s.Close() // the head moved on elsewhere, or the conversation was deleted
+	}
+	if head.Revision == 0 {
+		s, err := c.py.NewSession(ctx, c.opts.Config)
+		if err != nil {
+			return nil, false, err
+		}
+		return s, true, nil
+	}
+	data, err := c.st.Get(ctx, name, head.Ref)
+	if err != nil {
+		return nil, false, err
+	}
+	s, err := c.py.ResumeSession(ctx, bytes.NewReader(data), c.opts.Config)
+	if err != nil {
+		return nil, false, fmt.Errorf("sessionstore: resuming %q: %w", name, err)
+	}
+	return s, false, nil
+}
+
+// keep hibernates a session and keeps it live at head, closing the least
+// recently used past MaxLive; false if it was not kept.
+func (c *Sessions) keep(name string, s *sandbox.Session, head Head) bool {
+	if c.opts.MaxLive < 0 || s.Hibernate() != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.clock++
+	c.live[name] = &liveSession{s: s, head: head, used: c.clock}
+	for len(c.live) > c.opts.MaxLive {
+		oldest := slices.MinFunc(keys(c.live), func(a, b string) int { return cmp.Compare(c.live[a].used, c.live[b].used) })
+		c.live[oldest].s.Close()
+		delete(c.live, oldest)
+	}
+	return true
+}
+
+func keys(m map[string]*liveSession) []string {
+	k := make([]string, 0, len(m))
+	for n := range m {
+		k = append(k, n)
+	}
+	return k
+}
+
+// drop closes a conversation's live session, if any.
+func (c *Sessions) drop(name string) {
+	c.mu.Lock()
+	l := c.live[name]
+	delete(c.live, name)
+	c.mu.Unlock()
+	if l != nil {
+		l.s.Close()
+	}
+}
+
+// Delete deletes a conversation from the store, holding its lease, and
+// closes its live session: its next call starts a new session.
+func (c *Sessions) Delete(ctx context.Context, name string) error {
+	lease, err := c.st.Lease(ctx, name, c.opts.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	defer lease.Release(context.WithoutCancel(ctx))
+	c.drop(name)
+	return c.st.Delete(ctx, name)
+}
+
+// Live returns how many sessions are kept live.
+func (c *Sessions) Live() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.live)
+}
+
+func (c *Sessions) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Close closes the live sessions; calls in progress close theirs when
+// they end, and later calls fail with ErrClosed. The store stays open.
+func (c *Sessions) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	live := c.live
+	c.live = map[string]*liveSession{}
+	c.mu.Unlock()
+	for _, l := range live {
+		l.s.Close()
+	}
+	return nil
+}
