@@ -95,8 +95,9 @@ type Options struct {
 	// could not be committed (another call committed first, the lease was
 	// lost, the store failed) is an error result and leaves the
 	// conversation as it was. IdleTimeout does not apply: the store's TTL
-	// does; MaxSessions bounds the sessions kept live between calls. The
-	// tool does not close the store.
+	// does; MaxSessions bounds the sessions kept live between calls (awake
+	// for sessionstore.DefaultHibernateAfter after a call, then
+	// hibernated). The tool does not close the store.
 	Store sessionstore.Store
 	// LeaseTTL is how long a call holds its conversation in the Store
 	// without renewing it (sessionstore.SessionsOptions.LeaseTTL); 0 means

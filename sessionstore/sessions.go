@@ -19,6 +19,8 @@ const (
 	DefaultLeaseTTL = 30 * time.Second
 	// DefaultMaxLive is SessionsOptions.MaxLive's default.
 	DefaultMaxLive = 16
+	// DefaultHibernateAfter is SessionsOptions.HibernateAfter's default.
+	DefaultHibernateAfter = 10 * time.Second
 )
 
 // SessionsOptions configure Sessions. The zero value gives new and resumed
@@ -32,10 +34,17 @@ type SessionsOptions struct {
 	// conversation stays held after its replica died. 0 means
 	// DefaultLeaseTTL.
 	LeaseTTL time.Duration
-	// MaxLive bounds the sessions kept live (hibernated) between calls, so
-	// that a conversation's next call here skips the resume; 0 means
+	// MaxLive bounds the sessions kept live between calls, so that a
+	// conversation's next call here skips the resume; 0 means
 	// DefaultMaxLive, a negative value keeps none.
 	MaxLive int
+	// HibernateAfter hibernates a live session once it had no call for
+	// that long (it then holds only the pages its code changed, and its
+	// next call wakes it, in about as long as a resume); 0 means
+	// DefaultHibernateAfter, a negative value hibernates it after each
+	// call. Until then it stays awake: its next call starts at once, and
+	// it holds its whole linear memory.
+	HibernateAfter time.Duration
 }
 
 // Sessions runs the calls of conversations kept in a Store, one call of a
@@ -57,9 +66,10 @@ type Sessions struct {
 
 // liveSession is a session in memory and the head it is at.
 type liveSession struct {
-	s    *sandbox.Session
-	head Head
-	used uint64 // Sessions.clock when it was kept
+	s     *sandbox.Session
+	head  Head
+	used  uint64      // Sessions.clock when it was kept
+	sleep *time.Timer // hibernates it; nil once it is
 }
 
 // NewSessions returns Sessions that keep the conversations in st and run
@@ -74,6 +84,9 @@ func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
 	}
 	if o.MaxLive == 0 {
 		o.MaxLive = DefaultMaxLive
+	}
+	if o.HibernateAfter == 0 {
+		o.HibernateAfter = DefaultHibernateAfter
 	}
 	return &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}}
 }
@@ -207,6 +220,9 @@ func (c *Sessions) bring(ctx context.Context, name string, head Head) (_ *sandbo
 	delete(c.live, name)
 	c.mu.Unlock()
 	if l != nil {
+		if l.sleep != nil {
+			l.sleep.Stop() // it is taken out of the map: a firing timer finds nothing
+		}
 		if head.Revision != 0 && l.head.Revision == head.Revision && l.head.Ref == head.Ref {
 			return l.s, false, nil
 		}
@@ -230,10 +246,14 @@ func (c *Sessions) bring(ctx context.Context, name string, head Head) (_ *sandbo
 	return s, false, nil
 }
 
-// keep hibernates a session and keeps it live at head, closing the least
-// recently used past MaxLive; false if it was not kept.
+// keep keeps a session live at head, closing the least recently used
+// past MaxLive; false if it was not kept. It hibernates at once or after
+// HibernateAfter.
 func (c *Sessions) keep(name string, s *sandbox.Session, head Head) bool {
-	if c.opts.MaxLive < 0 || s.Hibernate() != nil {
+	if c.opts.MaxLive < 0 {
+		return false
+	}
+	if c.opts.HibernateAfter < 0 && s.Hibernate() != nil {
 		return false
 	}
 	c.mu.Lock()
@@ -242,13 +262,50 @@ func (c *Sessions) keep(name string, s *sandbox.Session, head Head) bool {
 		return false
 	}
 	c.clock++
-	c.live[name] = &liveSession{s: s, head: head, used: c.clock}
+	l := &liveSession{s: s, head: head, used: c.clock}
+	if c.opts.HibernateAfter > 0 {
+		l.sleep = time.AfterFunc(c.opts.HibernateAfter, func() { c.hibernate(name, l) })
+	}
+	c.live[name] = l
 	for len(c.live) > c.opts.MaxLive {
 		oldest := slices.MinFunc(keys(c.live), func(a, b string) int { return cmp.Compare(c.live[a].used, c.live[b].used) })
-		c.live[oldest].s.Close()
+		c.live[oldest].close()
 		delete(c.live, oldest)
 	}
 	return true
+}
+
+// hibernate hibernates a live session that had no call since it was
+// kept. It leaves the map meanwhile: a call in between resumes from the
+// store instead.
+func (c *Sessions) hibernate(name string, l *liveSession) {
+	c.mu.Lock()
+	if c.live[name] != l {
+		c.mu.Unlock()
+		return // taken by a call, or closed
+	}
+	delete(c.live, name)
+	c.mu.Unlock()
+	if l.s.Hibernate() != nil {
+		l.s.Close()
+		return
+	}
+	l.sleep = nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.live[name] != nil {
+		l.s.Close() // a newer session of the conversation was kept meanwhile
+		return
+	}
+	c.live[name] = l
+}
+
+// close stops a live session's timer and closes it.
+func (l *liveSession) close() {
+	if l.sleep != nil {
+		l.sleep.Stop()
+	}
+	l.s.Close()
 }
 
 func keys(m map[string]*liveSession) []string {
@@ -266,7 +323,7 @@ func (c *Sessions) drop(name string) {
 	delete(c.live, name)
 	c.mu.Unlock()
 	if l != nil {
-		l.s.Close()
+		l.close()
 	}
 }
 
@@ -304,7 +361,7 @@ func (c *Sessions) Close() error {
 	c.live = map[string]*liveSession{}
 	c.mu.Unlock()
 	for _, l := range live {
-		l.s.Close()
+		l.close()
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,4 +216,30 @@ func atoi(t *testing.T, s string) int {
 	var n int
 	require.NoError(t, json.Unmarshal([]byte(s), &n), s)
 	return n
+}
+
+// TestSessionsHibernateAfter: a live session stays awake for
+// HibernateAfter, or is hibernated after each call, and serves the
+// conversation's next call either way; one hibernated by its timer (or
+// in the middle of it, when the call resumes from the store instead)
+// gives the same state.
+func TestSessionsHibernateAfter(t *testing.T) {
+	st := openDir(t, t.TempDir(), nil)
+	for _, after := range []time.Duration{time.Minute, -1, time.Millisecond} {
+		c := sessionstore.NewSessions(st, sandboxtest.PythonSessions(t), &sessionstore.SessionsOptions{HibernateAfter: after})
+		name := "h" + strings.TrimPrefix(after.String(), "-")
+		_, first, err := eval(t, c, name, "x += 1; x")
+		require.NoError(t, err)
+		if after == time.Millisecond {
+			time.Sleep(20 * time.Millisecond)
+		}
+		v, s, err := eval(t, c, name, "x += 1; x")
+		require.NoError(t, err)
+		assert.Equal(t, "2", v)
+		if after != time.Millisecond {
+			assert.True(t, first == s, "the live session")
+		}
+		require.NoError(t, c.Close())
+		assert.Equal(t, 0, c.Live())
+	}
 }
