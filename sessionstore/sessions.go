@@ -125,9 +125,11 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 	if errors.Is(err, ErrNotFound) {
 		head, err = Head{}, nil
 	}
+	if errors.Is(err, ErrTampered) {
+		c.drop(name) // the store is under attack: keep nothing of it
+	}
 	if err != nil {
-		c.drop(name)
-		return err
+		return err // any other failure leaves the live session as it was
 	}
 	s, fresh, err := c.bring(ctx, name, head)
 	if err != nil {

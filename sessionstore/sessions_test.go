@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +243,36 @@ func TestSessionsHibernateAfter(t *testing.T) {
 		}
 		require.NoError(t, c.Close())
 		assert.Equal(t, 0, c.Live())
+	}
+}
+
+// TestSessionsStoreUnreachable: with the store unreachable (all of it, or
+// its heads past a lease taken) a call fails with a clear error and runs
+// nothing; the live session is untouched, and once the store is back the
+// next call runs on it, at the last committed state.
+func TestSessionsStoreUnreachable(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	a := newSessions(t, openDir(t, root, nil))
+	_, live, err := eval(t, a, "u", "x = 7")
+	require.NoError(t, err)
+	for _, broken := range []string{root, filepath.Join(root, "heads")} {
+		require.NoError(t, os.Rename(broken, broken+".away"))
+		require.NoError(t, os.WriteFile(broken, nil, 0o600))
+		ran := false
+		err = a.Do(context.Background(), "u", func(context.Context, *sandbox.Session, bool) error {
+			ran = true
+			return nil
+		})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "not a directory")
+		assert.False(t, ran)
+		assert.Equal(t, 1, a.Live(), "the live session is kept")
+
+		require.NoError(t, os.Remove(broken))
+		require.NoError(t, os.Rename(broken+".away", broken))
+		v, s, err := eval(t, a, "u", "x")
+		require.NoError(t, err)
+		assert.Equal(t, "7", v)
+		assert.True(t, live == s, "the same live session")
 	}
 }
