@@ -45,8 +45,9 @@ type Options struct {
 	// Replicas is the buckets' replication factor (1 to 5 in a cluster);
 	// 0 means 1.
 	Replicas int
-	// TTL makes JetStream discard heads and snapshots not written for that
-	// long (the buckets' max age): set it to the store's TTL. 0 never does.
+	// TTL makes JetStream discard heads not written for that long, and
+	// snapshots a minute later (the buckets' max age): set it to the
+	// store's TTL. 0 never does.
 	TTL time.Duration
 	// Timeout bounds a request whose context has no deadline; 0 means
 	// DefaultTimeout.
@@ -103,8 +104,13 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	if b.leases, err = kv(o.Leases, 0); err != nil {
 		return nil, wrap("the leases bucket "+o.Leases, err)
 	}
+	objectsTTL := o.TTL
+	if objectsTTL > 0 {
+		// A snapshot is stored before its head: it must not expire first.
+		objectsTTL += time.Minute
+	}
 	b.objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: o.Objects, TTL: o.TTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+		Bucket: o.Objects, TTL: objectsTTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
 		Description: "fumehood sessionstore"})
 	if err == nil {
 		err = leaderReads(ctx, js, "OBJ_"+o.Objects)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -132,4 +134,29 @@ func TestClusterNodeDown(t *testing.T) {
 	assert.Equal(t, fmt.Sprint(acked), string(data), "the last acknowledged commit is the head")
 	assert.Equal(t, total, acked, "commits went on after the node stopped")
 	t.Logf("%d commits, %d failed attempts around the stop", total, failed)
+}
+
+// TestBucketTTL: the store's TTL is the heads bucket's max age, and the
+// snapshots outlive their head by a minute (a snapshot is stored first).
+func TestBucketTTL(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL()+"?heads=h&objects=o", &sessionstore.Options{TTL: time.Hour})
+	require.NoError(t, err)
+	defer s.Close()
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(ctx, "h")
+	require.NoError(t, err)
+	kvs, err := kv.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, kvs.TTL())
+	obs, err := js.ObjectStore(ctx, "o")
+	require.NoError(t, err)
+	obss, err := obs.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour+time.Minute, obss.TTL())
 }
