@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // lockStripes is how many lock files a directory store has: a record's
@@ -189,6 +190,25 @@ func (d *Dir) RemoveBlob(ctx context.Context, key, id string) error {
 	}
 	_ = os.Remove(dir) // fails while it holds another snapshot
 	return nil
+}
+
+// Keys implements Lister: the names of the table's record files,
+// tombstones included.
+func (d *Dir) Keys(ctx context.Context, t Table) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(d.root, t.String()))
+	if err != nil {
+		return nil, fmt.Errorf("sessionstore: %w", err)
+	}
+	var keys []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			keys = append(keys, e.Name())
+		}
+	}
+	return keys, nil
 }
 
 // Close implements Backend; a directory holds nothing open.

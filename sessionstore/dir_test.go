@@ -2,12 +2,14 @@ package sessionstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,4 +112,44 @@ func TestOpenURLs(t *testing.T) {
 	}
 	_, err := sessionstore.Open(ctx, dir, &sessionstore.Options{Key: []byte("short")})
 	assert.Error(t, err, "a short key")
+}
+
+// TestDirSweep: Sweep removes the conversations that expired without
+// ever being loaded again, snapshots included, and leaves the others.
+func TestDirSweep(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d, err := sessionstore.OpenDir(root)
+	require.NoError(t, err)
+	s, err := sessionstore.New(d, nil)
+	require.NoError(t, err)
+	for _, name := range []string{"old-1", "old-2", "old-3", "new"} {
+		ref, err := s.Put(ctx, name, []byte(name))
+		require.NoError(t, err)
+		_, err = s.Commit(ctx, name, sessionstore.Head{}, ref)
+		require.NoError(t, err)
+		if name != "new" { // committed an hour ago
+			raw, rev, err := d.Get(ctx, sessionstore.Heads, name)
+			require.NoError(t, err)
+			var rec map[string]any
+			require.NoError(t, json.Unmarshal(raw, &rec))
+			rec["updated"] = time.Now().Add(-time.Hour).UnixNano()
+			raw, _ = json.Marshal(rec)
+			_, err = d.Set(ctx, sessionstore.Heads, name, raw, rev)
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, s.Delete(ctx, "old-3")) // a tombstone: not counted
+	n, err := sessionstore.Sweep(ctx, d, &sessionstore.Options{TTL: -1})
+	require.NoError(t, err)
+	assert.Zero(t, n, "a negative TTL never expires")
+	n, err = sessionstore.Sweep(ctx, d, &sessionstore.Options{TTL: time.Minute})
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	left, err := os.ReadDir(filepath.Join(root, "snapshots"))
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	assert.Equal(t, "new", left[0].Name())
+	_, err = s.Load(ctx, "new")
+	assert.NoError(t, err)
 }

@@ -185,16 +185,23 @@ type store struct {
 }
 
 func (s *store) Load(ctx context.Context, name string) (Head, error) {
+	h, _, err := s.load(ctx, name)
+	return h, err
+}
+
+// load is Load, saying whether the head it found expired (and was
+// removed).
+func (s *store) load(ctx context.Context, name string) (_ Head, expired bool, _ error) {
 	if err := CheckName(name); err != nil {
-		return Head{}, err
+		return Head{}, false, err
 	}
 	raw, rev, err := s.b.Get(ctx, Heads, name)
 	if err != nil {
-		return Head{}, fmt.Errorf("sessionstore: loading %q: %w", name, err)
+		return Head{}, false, fmt.Errorf("sessionstore: loading %q: %w", name, err)
 	}
 	h, err := s.openHead(name, raw)
 	if err != nil {
-		return Head{}, fmt.Errorf("sessionstore: loading %q: %w", name, err)
+		return Head{}, false, fmt.Errorf("sessionstore: loading %q: %w", name, err)
 	}
 	h.Revision = rev
 	if s.opts.TTL > 0 && s.now().Sub(h.Updated) > s.opts.TTL {
@@ -202,9 +209,9 @@ func (s *store) Load(ctx context.Context, name string) (Head, error) {
 		if s.b.Remove(ctx, Heads, name, rev) == nil {
 			_ = s.b.RemoveBlob(ctx, name, h.ID)
 		}
-		return Head{}, fmt.Errorf("sessionstore: loading %q: %w (expired after %v without a commit)", name, ErrNotFound, s.opts.TTL)
+		return Head{}, true, fmt.Errorf("sessionstore: loading %q: %w (expired after %v without a commit)", name, ErrNotFound, s.opts.TTL)
 	}
-	return h, nil
+	return h, false, nil
 }
 
 func (s *store) Put(ctx context.Context, name string, data []byte) (Ref, error) {
