@@ -98,12 +98,14 @@ func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
 // session, stores the snapshot and commits it as the new head, and
 // releases the lease.
 //
-// The call's effects are kept only if Do returns nil. An error from run,
-// a session that cannot be snapshotted, a lost lease (ErrLeaseLost) or a
+// The call's effects are kept if Do returns nil. An error from run, a
+// session that cannot be snapshotted, a lost lease (ErrLeaseLost) or a
 // head that moved (ErrConflict: another process committed first) commit
 // nothing: the conversation stays at its last committed state, and the
-// session run worked on is closed, never used again.
-func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Context, s *sandbox.Session, fresh bool) error) (err error) {
+// session run worked on is closed, never used again. A commit that fails
+// otherwise (ErrUnavailable) may still have landed, its acknowledgement
+// lost: the next call continues from whichever head the store holds.
+func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Context, s *sandbox.Session, fresh bool) error) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
@@ -112,11 +114,11 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 		return err
 	}
 	defer func() {
+		// A lease that cannot be released expires: the call's outcome
+		// stands either way.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if rerr := lease.Release(rctx); rerr != nil && err == nil {
-			err = rerr
-		}
+		_ = lease.Release(rctx)
 	}()
 	rctx, lost := c.renew(ctx, lease)
 	defer lost()
@@ -160,12 +162,14 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 	}
 	next, err := c.st.Commit(ctx, name, head, ref)
 	if err != nil {
-		if ref != head.Ref {
+		if errors.Is(err, ErrConflict) {
+			// Nothing was written. Any other failure may have landed,
+			// its acknowledgement lost: the snapshot stays.
 			_ = c.st.Drop(ctx, name, ref)
 		}
 		return err
 	}
-	if head.Revision != 0 && ref != head.Ref {
+	if head.Revision != 0 {
 		_ = c.st.Drop(ctx, name, head.Ref) // no head points to it
 	}
 	keep = c.keep(name, s, next)

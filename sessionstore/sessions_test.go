@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,4 +276,55 @@ func TestSessionsStoreUnreachable(t *testing.T) {
 		assert.Equal(t, "7", v)
 		assert.True(t, live == s, "the same live session")
 	}
+}
+
+// ambiguous is a backend whose head writes land but report the store
+// unavailable while failCommits is set, and whose lease releases fail
+// while failReleases is.
+type ambiguous struct {
+	sessionstore.Backend
+	failCommits, failReleases bool
+}
+
+func (a *ambiguous) Set(ctx context.Context, t sessionstore.Table, key string, value []byte, rev uint64) (uint64, error) {
+	n, err := a.Backend.Set(ctx, t, key, value, rev)
+	if err == nil && t == sessionstore.Heads && a.failCommits {
+		return 0, fmt.Errorf("%w: the acknowledgement was lost", sessionstore.ErrUnavailable)
+	}
+	return n, err
+}
+
+func (a *ambiguous) Remove(ctx context.Context, t sessionstore.Table, key string, rev uint64) error {
+	if t == sessionstore.Leases && a.failReleases {
+		return fmt.Errorf("%w: releasing", sessionstore.ErrUnavailable)
+	}
+	return a.Backend.Remove(ctx, t, key, rev)
+}
+
+// TestSessionsAmbiguousCommit: a commit that landed but reported a
+// failure keeps its snapshot, so the next call continues from it; a
+// lease that cannot be released after a commit does not fail the call.
+func TestSessionsAmbiguousCommit(t *testing.T) {
+	d, err := sessionstore.OpenDir(t.TempDir())
+	require.NoError(t, err)
+	b := &ambiguous{Backend: d}
+	st, err := sessionstore.New(b, &sessionstore.Options{LeaseWait: -1})
+	require.NoError(t, err)
+	a := sessionstore.NewSessions(st, sandboxtest.PythonSessions(t), nil)
+	defer a.Close()
+	_, _, err = eval(t, a, "amb", "x = 1")
+	require.NoError(t, err)
+
+	b.failCommits = true
+	_, _, err = eval(t, a, "amb", "x = 2")
+	require.ErrorIs(t, err, sessionstore.ErrUnavailable)
+	b.failCommits = false
+	v, _, err := eval(t, a, "amb", "x")
+	require.NoError(t, err, "the head that landed has its snapshot")
+	assert.Equal(t, "2", v)
+
+	b.failReleases = true
+	_, _, err = eval(t, a, "amb", "x = 3")
+	require.NoError(t, err, "committed: the lease expires by itself")
+	b.failReleases = false
 }
