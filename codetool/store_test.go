@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,5 +219,17 @@ func TestStoreReplicaKilled(t *testing.T) {
 			require.False(t, r.IsError, r.Text())
 			assert.Equal(t, "3", *r.Value, "the last committed state, without the killed call's")
 		})
+	}
+}
+
+// TestStoreBadConversationName: with a store, a conversation name that is
+// a path, holds NUL or is huge is an error result, and nothing runs.
+func TestStoreBadConversationName(t *testing.T) {
+	tool := storeTool(t, t.TempDir(), 0)
+	for _, name := range []string{"../etc", "a/b", "a\x00b", strings.Repeat("c", 10<<10)} {
+		r := tool.Call(context.Background(), name, args("print('ran')"))
+		assert.True(t, r.IsError)
+		assert.ErrorIs(t, r.Err, sessionstore.ErrBadName)
+		assert.Empty(t, r.Stdout)
 	}
 }

@@ -95,7 +95,9 @@ type Options struct {
 	// could not be committed (another call committed first, the lease was
 	// lost, the store failed) is an error result and leaves the
 	// conversation as it was. IdleTimeout does not apply: the store's TTL
-	// does; MaxSessions bounds the sessions kept live between calls (awake
+	// does; conversation names must pass sessionstore.CheckName (an
+	// ErrBadName result otherwise); MaxSessions bounds the sessions kept
+	// live between calls (awake
 	// for sessionstore.DefaultHibernateAfter after a call, then
 	// hibernated). The tool does not close the store.
 	Store sessionstore.Store

@@ -144,6 +144,9 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 		}
 	}()
 	if err := run(rctx, s, fresh); err != nil {
+		if lerr := lost(); lerr != nil {
+			return fmt.Errorf("%w (the run: %w)", lerr, err) // what stopped it
+		}
 		return err
 	}
 	var buf bytes.Buffer

@@ -186,7 +186,7 @@ func TestSessionsLostLease(t *testing.T) {
 		require.NoError(t, err)
 		defer other.Release(context.Background())
 		<-ctx.Done() // a's renewal fails and stops the call
-		return context.Cause(ctx)
+		return ctx.Err()
 	})
 	require.ErrorIs(t, err, sessionstore.ErrLeaseLost)
 	v, _, err := eval(t, a, "l", "x")
