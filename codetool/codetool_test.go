@@ -66,11 +66,18 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	}
 	assert.Equal(t, codetool.Instructions, codetool.InstructionsFor(codetool.NPMGuest, nil, nil))
 	tool := newTool(t, nil)
-	assert.Equal(t, codetool.InstructionsFor(info, nil, nil), tool.Instructions())
+	assert.True(t, strings.HasPrefix(tool.Instructions(), codetool.InstructionsFor(info, nil, nil)+" "), tool.Instructions())
 	assert.True(t, strings.HasSuffix(tool.Description(), " "+tool.Instructions()), tool.Description())
-	if py.Python().Guest == sandbox.GuestNPM {
-		assert.Equal(t, codetool.Description, tool.Description())
-	}
+	// The model is told the limits it has, with the tool's values.
+	assert.Contains(t, tool.Description(), "Limits of each run: 30s of wall time (timeout_ms can only shorten it), "+
+		"3 trillion of CPU (WebAssembly instructions; print(1) costs about 2 million), 256 MiB of memory (past it MemoryError) "+
+		"and 1 MiB of each of stdout and stderr (past it output is cut). A conversation with no call for 10m0s is closed and its state lost.")
+	tool = newTool(t, &codetool.Options{Limits: sandbox.Limits{Timeout: 1500 * time.Millisecond, Fuel: 5e9, Memory: 100 << 20,
+		MaxOutput: 1000}, IdleTimeout: -1})
+	assert.Contains(t, tool.Description(), "Limits of each run: 1.5s of wall time (timeout_ms can only shorten it), "+
+		"5 billion of CPU (WebAssembly instructions; print(1) costs about 2 million), 100 MiB of memory (past it MemoryError) "+
+		"and 1000 bytes of each of stdout and stderr (past it output is cut).")
+	assert.NotContains(t, tool.Description(), "no call for")
 
 	// Another guest, a network and mounts.
 	got := codetool.InstructionsFor(codetool.GuestInfo{Version: "3.13.5", Lacks: []string{"ctypes"}},
@@ -123,7 +130,7 @@ func TestLowerNeverRaises(t *testing.T) {
 	l, err := tool.Lower(sandbox.Limits{})
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.DefaultTimeout, l.Timeout)
-	assert.Equal(t, int64(sandbox.DefaultFuel), l.Fuel)
+	assert.Equal(t, int64(sandbox.DefaultTimeout/time.Second)*sandbox.DefaultFuelPerSecond, l.Fuel)
 	assert.Equal(t, sandbox.DefaultMaxOutput, l.MaxOutput)
 
 	req, err := codetool.CallLimits(1000, 5)
@@ -139,7 +146,7 @@ func TestLowerNeverRaises(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, req.Timeout, cfg.Timeout, "raised: the request was above the limit")
 	assert.Equal(t, sandbox.DefaultTimeout, cfg.Timeout)
-	assert.Equal(t, int64(sandbox.DefaultFuel), cfg.Fuel)
+	assert.Equal(t, int64(sandbox.DefaultTimeout/time.Second)*sandbox.DefaultFuelPerSecond, cfg.Fuel)
 
 	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {1 << 62, 0}} {
 		_, err := codetool.CallLimits(c[0], c[1])
@@ -158,7 +165,7 @@ func TestResultText(t *testing.T) {
 		Truncated: []string{"stdout"}, Notes: []string{"n1"}}
 	assert.Equal(t, "stdout:\nhi\nvalue: 42\nexception: ValueError: bad\ntraceback:\nTraceback...\nValueError: bad\n"+
 		"files:\n  /work/a.png (3 bytes, image/png, attached)\n  /work/b.csv (9 bytes)\n"+
-		"(cut: stdout went past the output limit, and the rest was dropped; print less, or write it to a file under /work and read parts of it)\n"+
+		"(cut: stdout went past the output limit, and part of it was dropped; print less, or write it to a file under /work and read parts of it)\n"+
 		"note: n1\n", r.Text())
 	assert.Len(t, r.Images(), 1)
 	assert.True(t, r.Images()[0].IsRaster())

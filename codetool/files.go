@@ -2,6 +2,7 @@ package codetool
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"path"
 	"slices"
@@ -89,9 +90,11 @@ func (w *Watch) Changed() ([]File, error) {
 	images := 0
 	for _, p := range names {
 		name, _ := Clip(path.Join("/", p), 1024)
-		f := File{Path: name, Size: after[p].size, MediaType: imageType(p)}
-		if f.MediaType != "" && f.Size <= int64(w.maxImage) && images < maxImages {
-			if data, rerr := fs.ReadFile(w.fsys, p); rerr == nil && len(data) <= w.maxImage {
+		f := File{Path: name, Size: after[p].size}
+		if imageName(p) {
+			attach := f.Size <= int64(w.maxImage) && images < maxImages
+			data := w.read(p, attach)
+			if f.MediaType = imageType(p, data, attach); f.MediaType != "" && attach {
 				f.Data = data
 				images++
 			}
@@ -99,4 +102,42 @@ func (w *Watch) Changed() ([]File, error) {
 		files = append(files, f)
 	}
 	return files, err
+}
+
+// read returns the file's content if whole (at most the watch's image
+// size, else nil), or its first sniffLen bytes; nil if it cannot be read.
+func (w *Watch) read(name string, whole bool) []byte {
+	if whole {
+		data, _ := readAtMost(w.fsys, name, w.maxImage)
+		return data
+	}
+	f, err := w.fsys.Open(name)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	data, _ := io.ReadAll(io.LimitReader(f, sniffLen))
+	return data
+}
+
+// errTooLarge reports a file longer than readAtMost takes.
+var errTooLarge = errors.New("file too large")
+
+// readAtMost reads the file name of fsys if it holds at most n bytes, and
+// holds no more than that while reading: a file listed small may have grown
+// since (a read-write mount is shared with other sandboxes).
+func readAtMost(fsys fs.FS, name string, n int) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > n {
+		return nil, errTooLarge
+	}
+	return data, nil
 }

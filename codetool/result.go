@@ -231,7 +231,7 @@ func (r *Result) Text() string {
 		if r.maxOutput > 0 {
 			limit = fmt.Sprintf(" of %d bytes", r.maxOutput)
 		}
-		fmt.Fprintf(&b, "(cut: %s went past the output limit%s, and the rest was dropped; "+
+		fmt.Fprintf(&b, "(cut: %s went past the output limit%s, and part of it was dropped; "+
 			"print less, or write it to a file under /work and read parts of it)\n", strings.Join(texts, ", "), limit)
 	}
 	if len(texts) < len(r.Truncated) {

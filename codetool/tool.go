@@ -188,7 +188,11 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil),
+	idle := o.IdleTimeout
+	if o.Store != nil {
+		idle = 0 // the store's TTL applies, which the tool does not know
+	}
+	t := &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil) + " " + limitsText(l, idle),
 		convs: map[string]*conv{}, expired: map[string]gone{}}
 	if o.Store != nil {
 		t.stored = sessionstore.NewSessions(o.Store, py, &sessionstore.SessionsOptions{
@@ -200,7 +204,9 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 }
 
 // Instructions says what this tool's sandbox has and lacks, for a model:
-// InstructionsFor the tool's guest and network. Give it as the system
+// InstructionsFor the tool's guest and network, then the limits of each run
+// (wall time, CPU, memory, output) and of an idle conversation, so that a
+// model can plan its work within them. Give it as the system
 // prompt's part on the tool, or use Description, which holds it.
 func (t *Tool) Instructions() string { return t.instructions }
 
@@ -653,17 +659,4 @@ func (t *Tool) Close() error {
 		<-c.turn
 	}
 	return nil
-}
-
-// imageType is the media type of an image file by its name, or "".
-func imageType(name string) string {
-	switch strings.ToLower(path.Ext(name)) {
-	case ".png":
-		return "image/png"
-	case ".jpg", ".jpeg":
-		return "image/jpeg"
-	case ".svg":
-		return "image/svg+xml"
-	}
-	return ""
 }

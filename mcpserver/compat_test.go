@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -172,7 +174,7 @@ func TestLargePrintSentOnce(t *testing.T) {
 	assert.Greater(t, len(b), sandbox.DefaultMaxOutput)
 	assert.Less(t, len(b), sandbox.DefaultMaxOutput+4096)
 	assert.Equal(t, []string{"stdout"}, out.Truncated)
-	assert.Contains(t, text(res), "(cut: stdout went past the output limit of 1048576 bytes, and the rest was dropped;")
+	assert.Contains(t, text(res), "(cut: stdout went past the output limit of 1048576 bytes, and part of it was dropped;")
 	sc, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
 	assert.Less(t, len(sc), 200, string(sc))
@@ -278,6 +280,43 @@ func TestMounts(t *testing.T) {
 	res = call(t, cs, "session_run", map[string]any{"session_id": id, "code": "open('/out/big', 'wb').write(b'x' * (2 << 20))"}, nil)
 	assert.True(t, res.IsError, "past the quota")
 	assert.Contains(t, text(res), "No space left on device")
+}
+
+// TestReadOfAHugeSparseFile: a guest writes a 900 MiB sparse file on a
+// volume, within its 1 GiB quota (a hole counts only as its size), and
+// asks session_files for it. The server reads only what it sends: the
+// call allocates a few MiB, not the file (it read the whole file, 900 MiB
+// per call, before it cut it).
+func TestReadOfAHugeSparseFile(t *testing.T) {
+	py := sandboxtest.PythonSessions(t)
+	vol, err := sandbox.HostDir(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { vol.(io.Closer).Close() })
+	const limit = 64 << 10
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit},
+		Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 10}}}})
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+	id := create(t, cs)
+	res := call(t, cs, "session_run", map[string]any{"session_id": id,
+		"code": "f = open('/data/big', 'wb'); f.seek(900 << 20); f.write(b'x'); f.close()"}, nil)
+	require.False(t, res.IsError, text(res))
+
+	var file filesOut
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res = call(t, cs, "session_files", map[string]any{"session_id": id, "op": "read", "path": "/data/big"}, &file)
+	runtime.ReadMemStats(&after)
+	require.False(t, res.IsError, text(res))
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("read of a 900 MiB sparse file under a %d-byte limit: %.1f MiB allocated", limit, float64(allocated)/(1<<20))
+	assert.Less(t, allocated, uint64(16<<20), "bytes allocated by the call")
+	require.NotNil(t, file.Size)
+	assert.Equal(t, int64(900<<20+1), *file.Size)
+	assert.True(t, file.Truncated)
+	assert.Equal(t, "base64", file.Encoding)
+	assert.Len(t, res.Content[0].(*mcp.TextContent).Text, limit)
 }
 
 // TestRunAttachesImages: a run that draws a chart under /work gets it

@@ -14,14 +14,15 @@
 //
 // Clients are untrusted. A call only lowers the server's limits; runs,
 // sessions and guest memory are bounded over all clients together
-// (Options.MaxRuns, MaxSessions, MemoryBudget); every text of a result is
-// cut to Options.MaxOutput. A session belongs to the MCP session (the
-// SDK's ServerSession) that made it: other clients cannot see it, and it
-// is closed when its MCP session ends. Over streamable HTTP, set
-// mcp.StreamableHTTPOptions.SessionTimeout so that the MCP sessions of
-// clients that vanish end too; in the SDK's stateless HTTP mode every
-// request is an MCP session of its own, so a session ends with the call
-// that made it.
+// (Options.MaxRuns, MaxSessions, MemoryBudget), and so are the MCP
+// sessions held (MaxClients); every text of a result is cut to
+// Options.MaxOutput. A session belongs to the MCP session (the SDK's
+// ServerSession) that made it: other clients cannot see it, and it is
+// closed when its MCP session ends. Serve streamable HTTP with
+// Server.HTTPHandler, whose MCP sessions end after Options.IdleTimeout
+// without a request, so that those of clients that vanish end too; in the
+// SDK's stateless HTTP mode every request is an MCP session of its own,
+// so a session ends with the call that made it.
 package mcpserver
 
 import (
@@ -43,6 +44,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -86,18 +88,38 @@ type Options struct {
 	// execute at once, over all clients; 0 means GOMAXPROCS, at least 2. A
 	// call past it waits for a run to end, or for its own context to end.
 	MaxRuns int
-	// MemoryBudget bounds the guest memory of the whole server: every open
-	// session and every run_python in progress holds Limits.Memory of it. A
+	// MemoryBudget bounds the host memory the server's guests hold: every
+	// open session and every run_python in progress holds what one session
+	// can hold of it (sandbox.Config.SessionHostMemory: twice Limits.Memory
+	// and twice the in-memory root's quota, 768 MiB with the defaults). A
 	// session_create or session_restore past it is refused, as is a
 	// run_python when open sessions hold the budget; a run_python that
 	// only other run_python calls are in the way of waits for them. 0
-	// means (MaxSessions + MaxRuns) × Limits.Memory, which MaxSessions and
+	// means (MaxSessions + MaxRuns) times that, which MaxSessions and
 	// MaxRuns reach first: run_python stays possible with every session
 	// open.
 	MemoryBudget int64
+	// MaxClients bounds the MCP sessions (clients, over streamable HTTP:
+	// each Mcp-Session-Id) the server holds at once, over every transport;
+	// 0 means 256. An idle one holds about 20 KB of host memory. Past it, a
+	// new client evicts the least recently used MCP session that has no
+	// request in progress, preferring one that owns no session, and is
+	// refused when each has a request in progress. An evicted MCP session
+	// ends as one idle past IdleTimeout does: its sessions are closed.
+	MaxClients int
+	// IdleTimeout ends an MCP session of HTTPHandler after this long
+	// without a request, and closes its sessions; 0 means 30 minutes and a
+	// negative value never.
+	IdleTimeout time.Duration
 	// Name and Version identify the server to clients.
 	Name, Version string
 }
+
+// The defaults of Options.MaxClients and Options.IdleTimeout.
+const (
+	DefaultMaxClients  = 256
+	DefaultIdleTimeout = 30 * time.Minute
+)
 
 // Server holds the compiled guest and the open sessions.
 type Server struct {
@@ -106,8 +128,11 @@ type Server struct {
 	mcp          *mcp.Server
 	instructions string // codetool.InstructionsFor the guest, network and mounts
 
-	runs  chan struct{} // a slot per run that may execute at once
-	onRun func(running int)
+	runs    chan struct{} // a slot per run that may execute at once
+	onRun   func(running int)
+	clients *clients // the MCP sessions held
+
+	charge int64 // what a session or a run holds of the memory budget
 
 	mu        sync.Mutex
 	closed    bool
@@ -137,56 +162,78 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if err := o.resolve(); err != nil {
+	charge, err := o.resolve()
+	if err != nil {
 		return nil, err
 	}
 	info, err := codetool.Probe(context.Background(), py)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{py: py, opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
-		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
-		instructions: codetool.InstructionsFor(info, o.Network, o.Mounts)}
-	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
-		Instructions: s.instructions + " " + toolsNote,
-	})
+	s := newServer(o, codetool.InstructionsFor(info, o.Network, o.Mounts))
+	s.py, s.charge = py, charge
 	if err := s.addTools(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// newServer returns a server with no tools, its options resolved.
+func newServer(o Options, instructions string) *Server {
+	s := &Server{opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
+		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
+		instructions: instructions, clients: newClients(o.MaxClients)}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
+		Instructions: s.instructions + " " + toolsNote,
+	})
+	s.mcp.AddReceivingMiddleware(s.middleware)
+	return s
+}
+
 // toolsNote ends the server's instructions: how its tools differ.
 const toolsNote = "run_python is a fresh interpreter each time; " +
 	"sessions (session_create, then session_run) keep variables, imports and files from one call to the next."
 
-// resolve applies the defaults and checks the options.
-func (o *Options) resolve() error {
+// resolve applies the defaults and checks the options, and returns what
+// a session or a run holds of the memory budget.
+func (o *Options) resolve() (int64, error) {
 	switch {
 	case o.MaxSessions < 0 || o.MaxSessions > 1<<20:
-		return fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
+		return 0, fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
 	case o.MaxRuns < 0 || o.MaxRuns > 1<<20:
-		return fmt.Errorf("mcpserver: MaxRuns %d is outside 0 to 2^20", o.MaxRuns)
+		return 0, fmt.Errorf("mcpserver: MaxRuns %d is outside 0 to 2^20", o.MaxRuns)
+	case o.MaxClients < 0 || o.MaxClients > 1<<20:
+		return 0, fmt.Errorf("mcpserver: MaxClients %d is outside 0 to 2^20", o.MaxClients)
 	case o.MemoryBudget < 0:
-		return fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
+		return 0, fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
 	}
 	// The defaults, applied as every sandbox and session applies them.
 	l, err := o.Limits.Lower(sandbox.Limits{})
 	if err != nil {
-		return fmt.Errorf("mcpserver: %w", err)
+		return 0, fmt.Errorf("mcpserver: %w", err)
 	}
 	o.Limits = l
+	charge, err := (&sandbox.Config{Limits: l, Mounts: o.Mounts}).SessionHostMemory()
+	if err != nil {
+		return 0, fmt.Errorf("mcpserver: %w", err)
+	}
 	if o.MaxSessions == 0 {
 		o.MaxSessions = 16
+	}
+	if o.MaxClients == 0 {
+		o.MaxClients = DefaultMaxClients
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.MaxRuns == 0 {
 		o.MaxRuns = max(2, runtime.GOMAXPROCS(0))
 	}
 	if o.MemoryBudget == 0 {
-		o.MemoryBudget = int64(o.MaxSessions+o.MaxRuns) * o.Limits.Memory
+		o.MemoryBudget = int64(o.MaxSessions+o.MaxRuns) * charge
 	}
-	if o.MemoryBudget < o.Limits.Memory {
-		return fmt.Errorf("mcpserver: MemoryBudget %d is less than one memory limit (%d)", o.MemoryBudget, o.Limits.Memory)
+	if o.MemoryBudget < charge {
+		return 0, fmt.Errorf("mcpserver: MemoryBudget %d is less than what one session holds (%d: twice the memory limit and the root quota)", o.MemoryBudget, charge)
 	}
 	if o.Name == "" {
 		o.Name = "fumehood"
@@ -194,7 +241,7 @@ func (o *Options) resolve() error {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
-	return nil
+	return charge, nil
 }
 
 // MCP returns the MCP server, to run on a transport.
@@ -475,7 +522,7 @@ func (s *Server) acquireRun(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// reserve takes Limits.Memory of the memory budget for a session (and a
+// reserve takes s.charge of the memory budget for a session (and a
 // place among MaxSessions) or a throw-away run, checking and taking in one
 // step. When only other throw-away runs are in the way it waits for them
 // until ctx is done; when open sessions are, it fails at once. Give the
@@ -492,7 +539,7 @@ func (s *Server) reserve(ctx context.Context, forSession bool) error {
 			s.mu.Unlock()
 			return fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", n)
 		}
-		mem := s.opts.Limits.Memory
+		mem := s.charge
 		if int64(s.nSessions+s.nTemp+1)*mem <= s.opts.MemoryBudget {
 			if forSession {
 				s.nSessions++
@@ -739,11 +786,17 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 	files := ss.s.Files()
 	switch in.Op {
 	case "read":
-		data, err := files.ReadFile(in.Path)
+		// Only what can be sent is read: a guest can write a sparse file
+		// as large as its quota.
+		fi, err := files.Stat(in.Path)
 		if err != nil {
 			return nil, filesOutput{}, err
 		}
-		return s.readResult(in.Path, data)
+		data, _, err := files.ReadFileLimit(in.Path, int64(s.opts.Limits.MaxOutput+utf8.UTFMax))
+		if err != nil {
+			return nil, filesOutput{}, err
+		}
+		return s.readResult(in.Path, fi.Size(), data)
 	case "write":
 		content := []byte(in.Content)
 		switch in.Encoding {
@@ -781,9 +834,10 @@ func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in 
 
 // readResult sends a file's content once, in the content blocks: text as
 // text, an image as image content, other bytes as base64 text; each at
-// most MaxOutput bytes as sent, and a note block when it was cut.
-func (s *Server) readResult(name string, data []byte) (*mcp.CallToolResult, filesOutput, error) {
-	size := int64(len(data))
+// most MaxOutput bytes as sent, and a note block when it was cut. data is
+// the start of the file, size bytes long: all of it, or at least
+// MaxOutput + utf8.UTFMax bytes of it.
+func (s *Server) readResult(name string, size int64, data []byte) (*mcp.CallToolResult, filesOutput, error) {
 	out := filesOutput{Size: &size, Encoding: "utf-8"}
 	limit := s.opts.Limits.MaxOutput
 	var block mcp.Content

@@ -58,6 +58,40 @@ func TestStreamableHTTP(t *testing.T) {
 	assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "the most this server allows")
 }
 
+// TestEvictedClientsSessionsClosed: a client whose MCP session is evicted
+// to make room past MaxClients loses its sessions, as one idle past
+// IdleTimeout does, and their memory is released.
+func TestEvictedClientsSessionsClosed(t *testing.T) {
+	py := sandboxtest.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxClients: 1})
+	require.NoError(t, err)
+	defer srv.Close()
+	hs := httptest.NewServer(srv.HTTPHandler())
+	t.Cleanup(hs.Close)
+	dial := func() *mcp.ClientSession { return dialHTTP(t, hs.URL) }
+	first := dial()
+	create(t, first)
+	require.Equal(t, 1, srv.OpenSessions())
+
+	second := dial()
+	require.Eventually(t, func() bool { return srv.OpenSessions() == 0 }, 30*time.Second, 10*time.Millisecond,
+		"the evicted client's session is closed")
+	_, err = first.ListTools(context.Background(), nil)
+	assert.Error(t, err)
+	create(t, second)
+}
+
+// dialHTTP connects a client to the streamable HTTP server at url, and
+// closes it at the end of the test.
+func dialHTTP(t *testing.T, url string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
 // connect connects a client to srv over the SDK's in-memory transports.
 func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
 	t.Helper()
@@ -127,7 +161,7 @@ func TestCallLimitsNeverRaise(t *testing.T) {
 	c, err := srv.Config(9223372036854, 1_000_000_000_000_000_000)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, c.Limits.Timeout)
-	assert.Equal(t, int64(sandbox.DefaultFuel), c.Limits.Fuel, "no --fuel: the call is capped by the default")
+	assert.Equal(t, int64(sandbox.DefaultFuelPerSecond), c.Limits.Fuel, "no --fuel: the call is capped by the default of its 1 s")
 	assert.Equal(t, sandbox.DefaultMaxOutput, c.Limits.MaxOutput)
 	c, err = srv.Config(250, 1000)
 	require.NoError(t, err)
@@ -257,10 +291,17 @@ func TestSessionCreateAtomic(t *testing.T) {
 }
 
 // TestMemoryBudget: open sessions and run_python calls in progress each
-// hold Limits.Memory of MemoryBudget; past it a call is refused.
+// hold what one session can hold of MemoryBudget (SessionHostMemory, twice
+// the memory limit and the root quota: it used to be the memory limit,
+// a third of what a session and its restore cost); past it a call is
+// refused.
 func TestMemoryBudget(t *testing.T) {
 	py := sandboxtest.PythonSessions(t)
-	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 128 << 20})
+	limits := sandbox.Limits{Memory: 64 << 20}
+	charge, err := (&sandbox.Config{Limits: limits}).SessionHostMemory()
+	require.NoError(t, err)
+	require.Equal(t, int64(2*(64+128)<<20), charge)
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxSessions: 8, Limits: limits, MemoryBudget: 2 * charge})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)
@@ -282,13 +323,13 @@ func TestMemoryBudget(t *testing.T) {
 	res = call(t, cs, "run_python", map[string]any{"code": "1"}, nil)
 	assert.False(t, res.IsError, text(res))
 
-	_, err = mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 32 << 20})
+	_, err = mcpserver.New(py, &mcpserver.Options{Limits: limits, MemoryBudget: charge - 1})
 	assert.ErrorContains(t, err, "MemoryBudget")
 
 	// A run_python that only other run_python calls are in the way of
 	// waits for them: with room for one, three in parallel all run, one at
 	// a time.
-	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, Limits: sandbox.Limits{Memory: 64 << 20}, MemoryBudget: 64 << 20})
+	one, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 3, Limits: limits, MemoryBudget: charge})
 	require.NoError(t, err)
 	defer one.Close()
 	cs = connect(t, one)
@@ -316,13 +357,7 @@ func TestClientsOwnTheirSessions(t *testing.T) {
 	defer srv.Close()
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, nil))
 	t.Cleanup(hs.Close) // after the clients' Close: cleanups run last first
-	dial := func() *mcp.ClientSession {
-		client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
-		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { cs.Close() })
-		return cs
-	}
+	dial := func() *mcp.ClientSession { return dialHTTP(t, hs.URL) }
 	alice, mallory := dial(), dial()
 	value := func(cs *mcp.ClientSession, id, code string) string {
 		t.Helper()

@@ -29,6 +29,9 @@ type Transport struct {
 	p       *Policy
 	rt      *http.Transport
 	secrets map[string]http.Header // by origin
+	// dialContext connects to a checked address; tests replace it to see
+	// what would be dialed.
+	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // NewTransport makes a Transport enforcing p, which must stay unchanged.
@@ -43,7 +46,7 @@ func NewTransport(p *Policy) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{p: p, secrets: secrets}
+	t := &Transport{p: p, secrets: secrets, dialContext: (&net.Dialer{}).DialContext}
 	t.rt = &http.Transport{
 		Proxy:                  nil, // never a proxy from the environment
 		DialContext:            t.dial,
@@ -104,7 +107,6 @@ func (t *Transport) dial(ctx context.Context, network, addr string) (net.Conn, e
 		}
 	}
 	var refused error
-	var d net.Dialer
 	var lastErr error
 	for _, ip := range ips {
 		if err := t.p.CheckAddr(ip); err != nil {
@@ -115,7 +117,7 @@ func (t *Transport) dial(ctx context.Context, network, addr string) (net.Conn, e
 			continue
 		}
 		// Dial the address that was checked, never the name again.
-		c, err := d.DialContext(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
+		c, err := t.dialContext(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
 		if err == nil {
 			return c, nil
 		}

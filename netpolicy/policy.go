@@ -13,8 +13,9 @@
 //
 // Every request is checked again at each redirect hop. Host names are
 // resolved by the host and every address is checked after resolution:
-// loopback, link-local, private, unspecified and multicast addresses are
-// refused unless AllowPrivate is set, and the connection is made to the
+// loopback, link-local, private, unspecified and multicast addresses (and
+// IPv6 addresses embedding such an IPv4 one) are refused unless
+// AllowPrivate is set, and the connection is made to the
 // address that was checked, so a name that resolves differently the second
 // time (DNS rebinding) cannot slip through. Secret headers (API keys) are
 // added by the host for the origins (https, host and port) they belong
@@ -51,9 +52,12 @@ type Policy struct {
 	// Allow lists what may be requested; a request must match one rule.
 	Allow []Rule
 	// AllowPrivate lets requests reach loopback, link-local, private
-	// (RFC 1918, RFC 4193, shared address space), unspecified and
-	// multicast addresses. Off, such addresses are refused even when a
-	// rule allows the host name.
+	// (RFC 1918, RFC 4193, shared address space, local-use NAT64),
+	// unspecified and multicast addresses. Off, such addresses are refused
+	// even when a rule allows the host name, and so are the IPv6 forms
+	// that carry such an IPv4 address: IPv4-mapped, NAT64 (64:ff9b::/96),
+	// 6to4, Teredo (server or client), IPv4-compatible and
+	// IPv4-translated.
 	AllowPrivate bool
 	// MaxRequestBytes bounds a request's body; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
@@ -308,26 +312,87 @@ func (p *Policy) CheckAddr(ip netip.Addr) error {
 	return nil
 }
 
-var sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598, carrier-grade NAT
+var (
+	sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598, carrier-grade NAT
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")     // RFC 1122: "this network"; 0.0.0.0 reaches the host itself
 
-// privateKind says which class of non-public address ip is, or "".
+	// IPv6 forms that carry an IPv4 address a translator, tunnel or the
+	// host's own stack may deliver to (see embeddedIPv4).
+	nat64        = netip.MustParsePrefix("64:ff9b::/96")    // RFC 6052, well-known prefix
+	localNAT64   = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215, local use: not globally reachable
+	sixToFour    = netip.MustParsePrefix("2002::/16")       // RFC 3056
+	teredo       = netip.MustParsePrefix("2001::/32")       // RFC 4380
+	v4Compatible = netip.MustParsePrefix("::/96")           // RFC 4291 2.5.5.1, deprecated
+	v4Translated = netip.MustParsePrefix("::ffff:0:0:0/96") // RFC 2765 (SIIT)
+)
+
+// privateKind says which class of non-public address ip is, or "". An
+// IPv6 address that embeds an IPv4 address the network may deliver to
+// (NAT64, 6to4, Teredo, IPv4-compatible, IPv4-translated; IPv4-mapped ones
+// are unmapped) is judged by its IPv4 address too, and the local-use NAT64
+// prefix, where the IPv4 address's position depends on the operator's
+// prefix length, is private as a whole.
 func privateKind(ip netip.Addr) string {
 	ip = ip.Unmap()
+	if kind := ownKind(ip); kind != "" {
+		return kind
+	}
+	form, v4s := embeddedIPv4(ip)
+	for _, v4 := range v4s {
+		if kind := ownKind(v4); kind != "" {
+			return fmt.Sprintf("%s (%s in its %s form)", kind, v4, form)
+		}
+	}
+	return ""
+}
+
+// ownKind classifies ip by its own prefix, not by what it embeds.
+func ownKind(ip netip.Addr) string {
 	switch {
+	case !ip.IsValid():
+		return "invalid"
 	case ip.IsLoopback():
 		return "loopback"
 	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
 		return "link-local"
 	case ip.IsPrivate() || sharedSpace.Contains(ip):
 		return "private"
-	case ip.IsUnspecified():
+	case localNAT64.Contains(ip.WithZone("")):
+		return "private (local-use NAT64)"
+	case ip.IsUnspecified() || thisNetwork.Contains(ip):
 		return "unspecified"
 	case ip.IsMulticast():
 		return "multicast"
-	case !ip.IsValid() || ip.Is6() && ip.Is4In6():
-		return "invalid"
 	}
 	return ""
+}
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries and the
+// name of its form: the last 32 bits of a NAT64 (well-known prefix),
+// IPv4-compatible or IPv4-translated address, bits 16-47 of a 6to4 one,
+// and both the server's address and the client's (inverted) of a Teredo
+// one, either of which its packets may be sent to.
+func embeddedIPv4(ip netip.Addr) (form string, v4s []netip.Addr) {
+	if !ip.Is6() {
+		return "", nil
+	}
+	ip = ip.WithZone("") // Prefix.Contains never matches a zoned address
+	b := ip.As16()
+	last := netip.AddrFrom4([4]byte(b[12:16]))
+	switch {
+	case nat64.Contains(ip):
+		return "NAT64", []netip.Addr{last}
+	case v4Compatible.Contains(ip):
+		return "IPv4-compatible", []netip.Addr{last}
+	case v4Translated.Contains(ip):
+		return "IPv4-translated", []netip.Addr{last}
+	case sixToFour.Contains(ip):
+		return "6to4", []netip.Addr{netip.AddrFrom4([4]byte(b[2:6]))}
+	case teredo.Contains(ip):
+		client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		return "Teredo", []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)}
+	}
+	return "", nil
 }
 
 // redact drops the query and fragment of u from what errors and logs show:

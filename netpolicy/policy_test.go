@@ -2,7 +2,9 @@ package netpolicy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -71,7 +73,7 @@ func TestCheckAddr(t *testing.T) {
 		"127.0.0.1": "loopback", "::1": "loopback", "::ffff:127.0.0.1": "loopback",
 		"10.0.0.1": "private", "172.16.5.4": "private", "192.168.1.1": "private", "fd00::1": "private",
 		"100.64.0.1": "private", "169.254.169.254": "link-local", "fe80::1": "link-local",
-		"0.0.0.0": "unspecified", "239.1.2.3": "multicast",
+		"0.0.0.0": "unspecified", "0.1.2.3": "unspecified", "239.1.2.3": "multicast",
 		"93.184.216.34": "", "2606:4700::1111": "",
 	} {
 		err := p.CheckAddr(netip.MustParseAddr(addr))
@@ -167,4 +169,68 @@ func TestResponseHeaderIsBounded(t *testing.T) {
 	_, err = tr.NewClient().Do(context.Background(), &Request{URL: srv.URL})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "header")
+}
+
+// TestEmbeddedPrivateIPv4IsNeverDialed: with an allow-all rule and
+// AllowPrivate off, an IPv6 address that carries a private IPv4 one
+// (NAT64, 6to4, Teredo, IPv4-compatible, IPv4-translated, IPv4-mapped) is
+// refused before anything is dialed, whether the guest names it in the URL
+// or a name resolves to it; the same forms carrying a public IPv4 address
+// are dialed.
+func TestEmbeddedPrivateIPv4IsNeverDialed(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		kind string // "" for an address that must be dialed
+	}{
+		{"64:ff9b::a00:1", "private"},           // NAT64 of 10.0.0.1
+		{"64:ff9b::7f00:1", "loopback"},         // NAT64 of 127.0.0.1
+		{"64:ff9b::a9fe:a9fe", "link-local"},    // NAT64 of 169.254.169.254
+		{"64:ff9b:1::a00:1", "local-use NAT64"}, // RFC 8215 prefix, whatever it embeds
+		{"64:ff9b:1::5db8:d822", "local-use NAT64"},
+		{"2002:c0a8:101::1", "private"},                     // 6to4 of 192.168.1.1
+		{"2002:7f00:1::", "loopback"},                       // 6to4 of 127.0.0.1
+		{"2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"}, // Teredo, client 10.0.0.1
+		{"2001:0:a00:1:8000:63bf:a247:2bdd", "private"},     // Teredo, server 10.0.0.1
+		{"::a00:1", "private"},                              // IPv4-compatible 10.0.0.1
+		{"::ffff:0:a9fe:a9fe", "link-local"},                // IPv4-translated 169.254.169.254
+		{"::ffff:10.0.0.1", "private"},                      // IPv4-mapped
+		{"64:ff9b::a00:1%eth0", "private"},                  // a zone does not hide it
+		{"64:ff9b::5db8:d822", ""},                          // NAT64 of 93.184.216.34
+		{"2002:5db8:d822::1", ""},                           // 6to4 of 93.184.216.34
+		{"2001:0:4136:e378:8000:63bf:a247:2bdd", ""},        // Teredo, client 93.184.212.34
+		{"::5db8:d822", ""},                                 // IPv4-compatible 93.184.216.34
+	} {
+		ip := netip.MustParseAddr(tc.addr)
+		for _, via := range []string{"name", "literal"} {
+			var dialed []string
+			p := &Policy{
+				Allow: []Rule{{Host: "*"}},
+				Resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+					return []netip.Addr{ip}, nil
+				},
+			}
+			tr, err := NewTransport(p)
+			require.NoError(t, err)
+			tr.dialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dialed = append(dialed, addr)
+				return nil, errors.New("fake dialer: not connecting")
+			}
+			u := "http://svc.test/"
+			if via == "literal" {
+				u = "http://" + net.JoinHostPort(strings.ReplaceAll(ip.String(), "%", "%25"), "80") + "/"
+			}
+			_, err = tr.NewClient().Do(context.Background(), &Request{URL: u})
+			if tc.kind == "" {
+				assert.NotErrorIs(t, err, ErrDenied, "%s via %s", tc.addr, via)
+				assert.Equal(t, []string{net.JoinHostPort(ip.String(), "80")}, dialed, "%s via %s is dialed", tc.addr, via)
+				continue
+			}
+			var de *DeniedError
+			if assert.ErrorAs(t, err, &de, "%s via %s", tc.addr, via) {
+				assert.Equal(t, "AllowPrivate", de.Rule)
+				assert.Contains(t, de.Reason, tc.kind, tc.addr)
+			}
+			assert.Empty(t, dialed, "%s via %s: nothing is dialed", tc.addr, via)
+		}
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +65,7 @@ func BenchmarkInstantiate(b *testing.B) {
 		mod, err := g.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), g.compiled, mc)
 		require.NoError(b, err)
 		mod.Close(ctx)
+		alloc.release()
 	}
 }
 
@@ -166,13 +166,6 @@ func BenchmarkFuelOverhead(b *testing.B) {
 			b.ReportMetric(medianFloat(steps), "unmetered/plain")
 		})
 	}
-}
-
-// processCPU returns the user and system CPU time the process has used.
-func processCPU(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	require.NoError(tb, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func medianFloat(v []float64) float64 {

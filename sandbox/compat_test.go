@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -149,11 +152,15 @@ for f in (lambda: urllib.request.urlopen("https://example.com"),
     try:
         f()
     except PermissionError as e:
-        print("no network policy" in str(e))
+        print("no network policy" in str(e), "sandbox.Config.Network" in str(e))
 `
 	for _, out := range compatRun(t, code) {
-		assert.Equal(t, "True\nTrue\nTrue\nTrue\n", out)
+		assert.Equal(t, strings.Repeat("True True\n", 4), out)
 	}
+	// The message names the field that grants a policy: it must exist.
+	f, ok := reflect.TypeOf(sandbox.Config{}).FieldByName("Network")
+	require.True(t, ok, "sandbox.Config has no field Network")
+	assert.Equal(t, reflect.TypeOf((*netpolicy.Policy)(nil)), f.Type)
 }
 
 // TestCompatTracebacks: a one-shot run's traceback shows the user's source

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/fumehood/fumehood/hostcall"
@@ -25,7 +27,8 @@ const (
 const maxMemory = 1 << 32
 
 // Limits bound a run. A zero field means the default (DefaultTimeout,
-// DefaultFuel, DefaultMemoryLimit, DefaultMaxOutput).
+// DefaultMemoryLimit, DefaultMaxOutput; for Fuel, DefaultFuelPerSecond of
+// the timeout, or DefaultFuel without one).
 //
 // A sandbox's or session's Limits (Config.Limits) are the most any of its
 // runs may use: a run's Limits (RunOptions.Limits) can only lower them, a
@@ -37,15 +40,20 @@ type Limits struct {
 	// are errors). Time the guest spends sleeping counts.
 	Timeout time.Duration
 	// Fuel is the run's CPU budget, in WebAssembly instructions executed;
-	// UnlimitedFuel lifts the bound.
+	// UnlimitedFuel lifts the bound. Unset, it is DefaultFuelPerSecond for
+	// each second of Timeout, so that a run given only a deadline stops
+	// at the deadline (context.DeadlineExceeded), not on fuel first.
 	Fuel int64
 	// Memory bounds the guest's linear memory in bytes, at most 4 GiB.
 	// Growing past it fails inside the guest (Python raises MemoryError).
 	Memory int64
 	// MaxOutput bounds how many bytes of each of stdout and stderr are
 	// kept, and of each text of a session run's value and exception. Past
-	// it output is dropped and the Result says so, or, with
-	// RunOptions.StopAtOutputLimit, the run is stopped with ErrOutputLimit.
+	// it the middle of the output is dropped: the Result keeps its start,
+	// a line "[... N bytes dropped ...]" and its last quarter (the end of
+	// a program's output is often what matters: its result, its error),
+	// and says so; or, with RunOptions.StopAtOutputLimit, the run is
+	// stopped with ErrOutputLimit.
 	MaxOutput int
 }
 
@@ -67,7 +75,7 @@ func (l Limits) resolve() (Limits, error) {
 		l.Timeout = -1
 	}
 	if l.Fuel == 0 {
-		l.Fuel = DefaultFuel
+		l.Fuel = defaultFuel(l.Timeout)
 	}
 	if l.Memory == 0 {
 		l.Memory = DefaultMemoryLimit
@@ -156,6 +164,41 @@ type Config struct {
 	TotalFuel int64
 }
 
+// SessionHostMemory returns the most host memory one session under c
+// holds at once, in bytes: twice its memory limit (its linear memory, and
+// its checkpoint, the pages that differ from the base image, which a
+// stopped run rolls back to) and twice its in-memory root's quota (its
+// files, and the copy of them a snapshot takes, or of one file a resume
+// writes), with no in-memory root for a mount at "/". Measured with the
+// default limits (docs/SECURITY.md): a session that filled its 256 MiB
+// held 481 MB besides what every process holds, and a resume of a 337 MB
+// snapshot 662 MB, against the 768 MiB this returns; the guest's base
+// images and pooled memories, per guest rather than per session, are
+// bounded apart. A quota that sets no bound on bytes (MaxBytes 0 with
+// MaxFiles set) bounds nothing: it returns math.MaxInt64. It is what a
+// server running many sessions charges each against its memory (as
+// mcpserver's MemoryBudget does); a one-shot run holds at most its memory
+// limit and root quota.
+func (c *Config) SessionHostMemory() (int64, error) {
+	c = c0(c)
+	l, err := c.Limits.resolve()
+	if err != nil {
+		return 0, err
+	}
+	var root int64
+	if !slices.ContainsFunc(c.Mounts, func(m Mount) bool { return m.Path == "/" }) {
+		q := c.RootQuota
+		if q == (Quota{}) {
+			q = defaultRootQuota
+		}
+		if q.MaxBytes <= 0 || q.MaxBytes > math.MaxInt64/4 {
+			return math.MaxInt64, nil
+		}
+		root = q.MaxBytes
+	}
+	return 2 * (l.Memory + root), nil
+}
+
 // RunOptions are what one run adds to its sandbox's or session's Config.
 // The zero value (or nil) is empty stdin, output kept only in the Result
 // and the Config's limits.
@@ -165,7 +208,9 @@ type RunOptions struct {
 	// that the deadline can interrupt the guest.
 	Stdin io.Reader
 	// Stdout and Stderr, if set, receive the guest's output as it is
-	// written: exactly the bytes the Result keeps.
+	// written: all of it (the Result keeps at most Limits.MaxOutput bytes
+	// of each), or with StopAtOutputLimit, what was written before the
+	// run stopped.
 	Stdout, Stderr io.Writer
 	// Limits can only lower the Config's (see Limits.Lower).
 	Limits Limits
@@ -176,7 +221,7 @@ type RunOptions struct {
 	Refill func(used int64) (more int64)
 	// StopAtOutputLimit stops the run with ErrOutputLimit when it writes
 	// more than Limits.MaxOutput bytes to stdout or stderr, instead of
-	// dropping the rest.
+	// dropping the middle.
 	StopAtOutputLimit bool
 }
 

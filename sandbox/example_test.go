@@ -139,6 +139,15 @@ open("/work/out/total.txt", "w").write(str(sum(int(r["qty"]) for r in rows)))
 	}
 	fmt.Println("total:", string(total))
 
+	// Or only the start of a file, holding no more of it than that,
+	// however large the guest's code made it.
+	head, more, err := files.ReadFileLimit("/work/in/orders.csv", 9)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%q, more: %v\n", head, more)
+
 	// FS is the same files as an io/fs file system, whose names are
 	// relative to the guest's "/".
 	_ = fs.WalkDir(files.FS(), "work", func(p string, d fs.DirEntry, err error) error {
@@ -149,6 +158,7 @@ open("/work/out/total.txt", "w").write(str(sum(int(r["qty"]) for r in rows)))
 	})
 	// Output:
 	// total: 8
+	// "item,qty\n", more: true
 	// work/in/orders.csv
 	// work/out/total.txt
 }

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"path"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tetratelabs/wazero/experimental/sys"
@@ -77,7 +80,10 @@ var (
 )
 
 // ReadFile returns the content of the file name (an io/fs name).
-func (v ioFS) ReadFile(name string) ([]byte, error) { return v.f.readFile(name, ioName) }
+func (v ioFS) ReadFile(name string) ([]byte, error) {
+	data, _, err := v.f.readFile(name, ioName, math.MaxInt64)
+	return data, err
+}
 
 // Stat describes the file name (an io/fs name), following symbolic links.
 func (v ioFS) Stat(name string) (fs.FileInfo, error) { return v.f.stat(name, ioName) }
@@ -133,6 +139,11 @@ func (f *Files) hidden(clean string) bool {
 	return f.sb.ctl != nil && (clean == controlPath || hasPrefixPath(clean, controlPath))
 }
 
+// mountPoint reports whether the clean guest path is where a mount is.
+func (f *Files) mountPoint(clean string) bool {
+	return slices.ContainsFunc(f.sb.mounts, func(m mounted) bool { return m.path == clean })
+}
+
 // within reports whether name is mount or below it, and the path relative to it.
 func within(name, mount string) (string, bool) {
 	if mount == "/" {
@@ -147,10 +158,17 @@ func within(name, mount string) (string, bool) {
 	return "", false
 }
 
-// errnoError makes a sys.Errno match the io/fs errors.
+// errnoError makes a sys.Errno match the io/fs errors and the host's
+// syscall.Errno of the same meaning (errors.Is(err, syscall.ENOSPC) for a
+// write past a quota), and reads as the host's message for it.
 type errnoError struct{ errno sys.Errno }
 
-func (e errnoError) Error() string { return e.errno.Error() }
+func (e errnoError) Error() string {
+	if h, ok := hostErrno(e.errno); ok {
+		return h.Error()
+	}
+	return e.errno.Error()
+}
 
 func (e errnoError) Is(target error) bool {
 	switch target {
@@ -166,8 +184,34 @@ func (e errnoError) Is(target error) bool {
 	return false
 }
 
-// Unwrap returns the errno.
-func (e errnoError) Unwrap() error { return e.errno }
+// Unwrap returns the errno and, where the host has one of the same
+// meaning, the host's syscall.Errno.
+func (e errnoError) Unwrap() []error {
+	if h, ok := hostErrno(e.errno); ok {
+		return []error{e.errno, h}
+	}
+	return []error{e.errno}
+}
+
+// hostErrnos maps the errnos a file operation of Files can fail with to the
+// host's. wasifs's own (ENOSPC, EMFILE, ENOMEM) are numbers wazero does not
+// know, which would otherwise read as "Errno(4147)" and match nothing.
+var hostErrnos = map[sys.Errno]syscall.Errno{
+	sys.EACCES: syscall.EACCES, sys.EAGAIN: syscall.EAGAIN, sys.EBADF: syscall.EBADF,
+	sys.EEXIST: syscall.EEXIST, sys.EFAULT: syscall.EFAULT, sys.EINTR: syscall.EINTR,
+	sys.EINVAL: syscall.EINVAL, sys.EIO: syscall.EIO, sys.EISDIR: syscall.EISDIR,
+	sys.ELOOP: syscall.ELOOP, sys.ENAMETOOLONG: syscall.ENAMETOOLONG, sys.ENOENT: syscall.ENOENT,
+	sys.ENOSYS: syscall.ENOSYS, sys.ENOTDIR: syscall.ENOTDIR, sys.ERANGE: syscall.ERANGE,
+	sys.ENOTEMPTY: syscall.ENOTEMPTY, sys.ENOTSUP: syscall.ENOTSUP, sys.EPERM: syscall.EPERM,
+	sys.EROFS:     syscall.EROFS,
+	wasifs.ENOSPC: syscall.ENOSPC, wasifs.EMFILE: syscall.EMFILE, wasifs.ENOMEM: syscall.ENOMEM,
+}
+
+// hostErrno returns the host's errno of the same meaning as e.
+func hostErrno(e sys.Errno) (syscall.Errno, bool) {
+	h, ok := hostErrnos[e]
+	return h, ok
+}
 
 func pathErr(op, name string, errno sys.Errno) error {
 	return &fs.PathError{Op: op, Path: name, Err: errnoError{errno}}
@@ -213,38 +257,86 @@ func (v ioFS) Open(name string) (fs.File, error) {
 }
 
 // ReadFile returns the content of the file name (an absolute guest path,
-// such as "/work/out.txt").
-func (f *Files) ReadFile(name string) ([]byte, error) { return f.readFile(name, guestName) }
+// such as "/work/out.txt"), all of it: a file the guest wrote can be as
+// large as its quota; ReadFileLimit reads only its start.
+func (f *Files) ReadFile(name string) ([]byte, error) {
+	data, _, err := f.readFile(name, guestName, math.MaxInt64)
+	return data, err
+}
 
-func (f *Files) readFile(name string, forms int) ([]byte, error) {
+// ReadFileLimit returns the start of the file name (an absolute guest
+// path), at most n bytes of it, and whether the file holds more: a
+// ReadFile for content that will be cut anyway, such as what a model or a
+// log is shown of a file.
+//
+//	head, more, err := files.ReadFileLimit("/work/out.csv", 64<<10)
+//
+// It holds no more than the bytes it returns, whatever the file's size:
+// a guest can write a sparse file as large as its quota (a hole counts
+// only as its size) that ReadFile would read whole. A negative n fails
+// with fs.ErrInvalid.
+func (f *Files) ReadFileLimit(name string, n int64) (data []byte, more bool, err error) {
+	if n < 0 {
+		return nil, false, &fs.PathError{Op: "read", Path: name, Err: fs.ErrInvalid}
+	}
+	return f.readFile(name, guestName, n)
+}
+
+// readFile reads at most limit bytes of the file name, and reports
+// whether it holds more. The file's size only sizes the first buffer:
+// what is read decides, so a file that grows or lies about its size costs
+// no more than limit.
+func (f *Files) readFile(name string, forms int, limit int64) ([]byte, bool, error) {
 	fsys, rel, _, err := f.resolve("read", name, forms)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	h, errno := fsys.OpenFile(rel, sys.O_RDONLY, 0)
 	if errno != 0 {
-		return nil, pathErr("read", name, errno)
+		return nil, false, pathErr("read", name, errno)
 	}
 	defer h.Close()
 	if dir, _ := h.IsDir(); dir {
-		return nil, pathErr("read", name, sys.EISDIR)
+		return nil, false, pathErr("read", name, sys.EISDIR)
 	}
-	var out []byte
-	buf := make([]byte, 64<<10)
+	var size int64
+	if st, errno := h.Stat(); errno == 0 {
+		size = max(st.Size, 0)
+	}
+	out := make([]byte, 0, min(size, limit, maxSizeHint))
+	var one [1]byte
 	for {
+		var buf []byte
+		if len(out) < cap(out) {
+			buf = out[len(out):cap(out)]
+		} else {
+			// Full: one byte tells the end of the file from more of it,
+			// without growing the buffer for nothing.
+			buf = one[:]
+		}
 		n, errno := h.Read(buf)
 		if errno != 0 {
-			return nil, pathErr("read", name, errno)
+			return nil, false, pathErr("read", name, errno)
 		}
-		if n == 0 {
-			if out == nil {
-				out = []byte{}
+		switch {
+		case n == 0:
+			return out, false, nil
+		case len(buf) == len(one) && len(out) == cap(out):
+			if int64(len(out)) >= limit {
+				return out, true, nil
 			}
-			return out, nil
+			grown := make([]byte, len(out), min(limit, int64(max(2*cap(out), 4096))))
+			copy(grown, out)
+			out = append(grown, one[0])
+		default:
+			out = out[:len(out)+n]
 		}
-		out = append(out, buf[:n]...)
 	}
 }
+
+// maxSizeHint bounds the first buffer of a read sized by the file's
+// reported size; a larger file grows it as it is read.
+const maxSizeHint = 64 << 20
 
 // Stat describes the file name (an absolute guest path), following
 // symbolic links.
@@ -285,8 +377,13 @@ func (f *Files) readDir(name string, forms int) ([]fs.DirEntry, error) {
 		if d.Name == "." || d.Name == ".." || f.hidden(path.Join(clean, d.Name)) {
 			continue
 		}
-		st, errno := fsys.Lstat(path.Join(rel, d.Name))
-		if errno != 0 {
+		var st sysapi.Stat_t
+		if child := path.Join(clean, d.Name); f.mountPoint(child) {
+			// A mount point is the mount's root, as stat sees it.
+			if st, err = f.lstat(child); err != nil {
+				return nil, err
+			}
+		} else if st, errno = fsys.Lstat(path.Join(rel, d.Name)); errno != 0 {
 			return nil, pathErr("readdir", path.Join(name, d.Name), errno)
 		}
 		out = append(out, fs.FileInfoToDirEntry(fileInfo{name: d.Name, st: st}))
@@ -296,11 +393,17 @@ func (f *Files) readDir(name string, forms int) ([]fs.DirEntry, error) {
 }
 
 // WriteFile writes data to the file name (an absolute guest path),
-// creating it (but not its directory) or truncating it.
+// creating it (but not its directory) or truncating it. A write the
+// mount's quota cannot hold fails with an error matching syscall.ENOSPC
+// and changes nothing: no file is created, an existing one keeps its
+// content.
 func (f *Files) WriteFile(name string, data []byte) error {
 	fsys, rel, _, err := f.resolve("write", name, guestName)
 	if err != nil {
 		return err
+	}
+	if errno := fits(fsys, rel, int64(len(data))); errno != 0 {
+		return pathErr("write", name, errno)
 	}
 	h, errno := fsys.OpenFile(rel, sys.O_WRONLY|sys.O_CREAT|sys.O_TRUNC, 0o644)
 	if errno != 0 {
@@ -318,6 +421,32 @@ func (f *Files) WriteFile(name string, data []byte) error {
 		return pathErr("write", name, errno)
 	}
 	return nil
+}
+
+// fits checks, before anything changes, that the quota of fsys holds the
+// file rel with size bytes in place of what it holds now: ENOSPC if not.
+// Between runs nothing else writes the filesystem, so the check holds for
+// the write that follows (a volume shared with other sandboxes may still
+// fill meanwhile: then the write fails part way, as on a full disk).
+func fits(fsys *wasifs.FS, rel string, size int64) sys.Errno {
+	q := fsys.Quota()
+	if q.MaxBytes == 0 && q.MaxFiles == 0 {
+		return 0
+	}
+	used := fsys.Usage()
+	bytes, files := used.Bytes+size, used.Files+1
+	if st, errno := fsys.Stat(rel); errno == 0 {
+		if st.Mode.IsDir() {
+			return sys.EISDIR
+		}
+		bytes, files = bytes-st.Size, files-1
+	} else if errno != sys.ENOENT {
+		return errno
+	}
+	if (q.MaxBytes > 0 && bytes > q.MaxBytes && size > 0) || (q.MaxFiles > 0 && files > q.MaxFiles && files > used.Files) {
+		return wasifs.ENOSPC
+	}
+	return 0
 }
 
 // MkdirAll creates the directory name (an absolute guest path) and any

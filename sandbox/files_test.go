@@ -3,9 +3,11 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/fumehood/fumehood/hostcall"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // walk lists every path fs.WalkDir finds from root.
@@ -52,10 +55,10 @@ open("/work/sub/deeper/c.py", "w").write("")
 	require.NoError(t, err)
 	require.NoError(t, fstest.TestFS(mounted, "in.csv"))
 
-	assert.Equal(t, []string{"work", "work/a.txt", "work/sub", "work/sub/b.txt", "work/sub/deeper",
-		"work/sub/deeper/c.py"}, walk(t, files.FS(), "work"))
-	// Listings are the guest's: a mount point is not listed in its parent
-	// (os.listdir("/work") does not show it either), but it is there.
+	// A mount point is listed in its parent, as on Linux, and walking
+	// goes into the mount.
+	assert.Equal(t, []string{"work", "work/a.txt", "work/data", "work/data/in.csv", "work/sub", "work/sub/b.txt",
+		"work/sub/deeper", "work/sub/deeper/c.py"}, walk(t, files.FS(), "work"))
 	assert.Equal(t, []string{"work/data", "work/data/in.csv"}, walk(t, files.FS(), "work/data"))
 	matches, err := fs.Glob(files.FS(), "work/*/*.txt")
 	require.NoError(t, err)
@@ -96,7 +99,7 @@ open("/work/sub/deeper/c.py", "w").write("")
 	}
 	entries, err := files.ReadDir("/work")
 	require.NoError(t, err)
-	assert.Equal(t, []string{"a.txt", "sub"}, names(entries))
+	assert.Equal(t, []string{"a.txt", "data", "sub"}, names(entries))
 	fi, err := fs.Stat(files.FS(), "work/a.txt")
 	require.NoError(t, err)
 	assert.True(t, fi.Mode().IsRegular())
@@ -142,7 +145,7 @@ open("/work/sub/deeper/c.py", "w").write("")
 	require.NoError(t, err)
 	_, err = dir.ReadDir(1)
 	assert.ErrorIs(t, err, io.EOF)
-	assert.Equal(t, []string{"a.txt", "out", "sub"}, append(names(first), names(rest)...))
+	assert.Equal(t, []string{"a.txt", "data", "out", "sub"}, append(names(first), names(rest)...))
 	require.NoError(t, f.Close())
 	assert.ErrorIs(t, f.Close(), fs.ErrClosed)
 
@@ -260,4 +263,79 @@ func errName(err error) string {
 		return "ErrInvalid"
 	}
 	return err.Error()
+}
+
+// TestFilesWritePastQuota: a host write the quota cannot hold fails with
+// an error matching syscall.ENOSPC, whose message says so, and changes
+// nothing: no file left behind, an existing file keeps its content, and
+// the same holds for the quota's file count.
+func TestFilesWritePastQuota(t *testing.T) {
+	s := newSandbox(t, &sandbox.Config{RootQuota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 20}})
+	files := s.Files()
+	big := make([]byte, 2<<20)
+
+	err := files.WriteFile("/work/big.bin", big)
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	assert.Contains(t, err.Error(), "no space left on device")
+	_, err = files.Stat("/work/big.bin")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a failed write leaves no file behind")
+
+	require.NoError(t, files.WriteFile("/work/keep.txt", []byte("kept")))
+	require.ErrorIs(t, files.WriteFile("/work/keep.txt", big), syscall.ENOSPC)
+	b, err := files.ReadFile("/work/keep.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "kept", string(b), "a failed write keeps the file's content")
+
+	// Fill the file count: the write that would pass it creates nothing.
+	var n int
+	for n = 0; n < 30; n++ {
+		if err = files.WriteFile(fmt.Sprintf("/work/f%d", n), nil); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	_, err = files.Stat(fmt.Sprintf("/work/f%d", n))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	// Overwriting an existing file needs no new entry.
+	require.NoError(t, files.WriteFile("/work/f0", []byte("again")))
+	// The guest sees the same content.
+	assert.Equal(t, "kept again\n", runOK(t, s, `print(open("/work/keep.txt").read(), open("/work/f0").read())`))
+}
+
+// TestMountPointsListed: a mount at /data (and one below /work) is a
+// directory in its parent's listing for the guest (os.listdir), the host's
+// Files.ReadDir and fs.WalkDir, in one-shot sandboxes and sessions; a
+// mount inside another mount adds nothing to the root.
+func TestMountPointsListed(t *testing.T) {
+	data, nested := afero.NewMemMapFs(), afero.NewMemMapFs()
+	require.NoError(t, afero.WriteFile(data, "/in.csv", []byte("a\n"), 0o644))
+	mounts := []sandbox.Mount{{Path: "/data", FS: data, ReadOnly: true}, {Path: "/work/out", FS: afero.NewMemMapFs()},
+		{Path: "/data/deep/er", FS: nested}}
+	code := `import os; print(sorted(os.listdir("/")), sorted(os.listdir("/work")), os.listdir("/data"))`
+	want := "['data', 'tmp', 'work'] ['out'] ['in.csv']\n"
+
+	s := newSandbox(t, &sandbox.Config{Mounts: mounts})
+	assert.Equal(t, want, runOK(t, s, code))
+	check := func(files *sandbox.Files) {
+		entries, err := files.ReadDir("/")
+		require.NoError(t, err)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+			if e.Name() == "data" {
+				assert.True(t, e.IsDir())
+			}
+		}
+		assert.Equal(t, []string{"data", "tmp", "work"}, names)
+		assert.Equal(t, []string{".", "data", "data/in.csv", "tmp", "work", "work/out"}, walk(t, files.FS(), "."))
+	}
+	check(s.Files())
+
+	sess, err := sandboxtest.Python(t).NewSession(context.Background(), &sandbox.Config{Mounts: mounts})
+	require.NoError(t, err)
+	t.Cleanup(func() { sess.Close() })
+	res, err := sess.Run(context.Background(), code, nil)
+	require.NoError(t, err)
+	assert.Equal(t, want, string(res.Stdout))
+	check(sess.Files())
 }

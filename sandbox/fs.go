@@ -66,6 +66,16 @@ type Mount struct {
 
 // Quota bounds what a guest may store in a writable filesystem. A change
 // past it fails with ENOSPC (Python's OSError). A zero field sets no bound.
+//
+// The quota of a host directory (HostDir, Volume) bounds what the directory
+// holds in all: every mount of it with a quota, in every sandbox and
+// session of the process, shares one count, made by a walk when the first
+// of them starts and kept up to date by all of their changes, so that
+// sandboxes sharing a volume cannot together store more than its quota and
+// a start costs no walk. Changes other programs make to the directory are
+// seen when a change is refused (at most every 10 seconds). Other file
+// systems are counted per mount, from what they hold when the sandbox
+// starts.
 type Quota struct {
 	// MaxBytes is the most bytes the regular files may hold in total
 	// (their sizes, holes included).
@@ -97,7 +107,9 @@ func Volume(dir string) (afero.Fs, error) {
 // The directory stays open for as long as the returned Fs is reachable;
 // mount it in as many sandboxes as needed, and close it (it is an
 // io.Closer) when none uses it any more, or leave that to the garbage
-// collector.
+// collector. Mounted with a quota, the directory's count (see Quota) also
+// holds it open, until neither the Fs nor a sandbox mounting it is
+// reachable.
 //
 // Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
 // only while nothing but the sandbox changes the directory.
@@ -165,7 +177,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 			q = defaultRootQuota
 		}
 		root := afero.NewMemMapFs()
-		if err := makeRoot(root); err != nil {
+		if err := makeRoot(root, c.Mounts); err != nil {
 			return nil, err
 		}
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
@@ -288,9 +300,20 @@ func (s *Sandbox) mountQuotas() string {
 	return b.String()
 }
 
-// makeRoot gives a new in-memory root its directories.
-func makeRoot(root afero.Fs) error {
-	for _, dir := range []string{"/tmp", "/work"} {
+// makeRoot gives a new in-memory root its directories: /tmp, /work, and
+// the mount point of each mount that no other mount holds, so that the
+// guest's os.listdir("/"), the host's Files.ReadDir("/") and fs.WalkDir
+// show a mount at /data as a directory, as a mount point is on Linux.
+// (The guest reaches the mount itself by its path: the directory in the
+// root is only its name in the listing.)
+func makeRoot(root afero.Fs, mounts []Mount) error {
+	dirs := []string{"/tmp", "/work"}
+	for _, m := range mounts {
+		if !slices.ContainsFunc(mounts, func(o Mount) bool { _, in := within(m.Path, o.Path); return o.Path != m.Path && in }) {
+			dirs = append(dirs, m.Path)
+		}
+	}
+	for _, dir := range dirs {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}

@@ -28,7 +28,7 @@ func newSandbox(t *testing.T, cfg *sandbox.Config) *sandbox.Sandbox {
 }
 
 // hostDir opens dir with sandbox.HostDir, closing it at the end of the test.
-func hostDir(t *testing.T, dir string) afero.Fs {
+func hostDir(t testing.TB, dir string) afero.Fs {
 	t.Helper()
 	fsys, err := sandbox.HostDir(dir)
 	require.NoError(t, err)

@@ -12,8 +12,10 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fumehood/fumehood/internal/pipeline"
 
@@ -80,10 +82,11 @@ func sparsePages(mem []byte) [][]byte {
 var zeroPage = make([]byte, pageSize)
 
 // checkpoint is a session's state between runs, kept as the pages that
-// differ from the base image. A page shared with a fork (or a snapshot
-// decoder's buffer) is never written: an update replaces it with a copy,
-// so forks share what neither changed. Pages the checkpoint allocated
-// itself since it was last cloned (owned) are updated in place.
+// differ from the base image. A page shared with a fork or a snapshot
+// being encoded (share), or unpacked from hibernation, is never written:
+// an update replaces it with a copy, so forks share what neither changed.
+// Pages the checkpoint allocated itself (or a resume decoded into it)
+// since it was last shared (owned) are updated in place.
 type checkpoint struct {
 	size    uint64   // memory size in bytes
 	pages   [][]byte // nil where the page equals the base image's
@@ -155,10 +158,15 @@ func (c *checkpoint) updatePage(base *baseImage, cur []byte, i int) {
 	}
 }
 
+// share marks every page shared: the checkpoint no longer writes any in
+// place, so whoever holds them (a fork, a snapshot being encoded) reads
+// them unchanged.
+func (c *checkpoint) share() { clear(c.owned) }
+
 // clone returns a copy that shares the pages, which neither may write from
 // now on.
 func (c *checkpoint) clone() *checkpoint {
-	clear(c.owned)
+	c.share()
 	return &checkpoint{size: c.size, pages: append([][]byte(nil), c.pages...), globals: append([]uint64(nil), c.globals...)}
 }
 
@@ -249,7 +257,8 @@ func layoutKey(mounts []snapshot.Mount) string {
 // layout (the paths of a sandbox's mounts) has its own, of about 20 MB,
 // and the one-shot runs of a server that mounts a volume at a path of each
 // request's choosing would otherwise keep one per path. An image evicted
-// stays alive for the sessions that hold it, and in the cache directory.
+// stays alive for the sessions that hold it. The cache directory keeps as
+// many per guest, also the ones used last (evictBaseFiles).
 type baseImages struct {
 	mu     sync.Mutex
 	images map[string]*baseEntry
@@ -338,13 +347,23 @@ func (g *Guest) base(ctx context.Context, layout []snapshot.Mount) (*baseImage, 
 		}
 		b, err := g.buildBase(ctx, layout)
 		if err == nil && file != "" {
-			// A failure to cache costs the next process time, nothing else.
-			if g.saveBase(file, b, layout) == nil {
-				_ = writeFresh(file, b.digest, b.fresh)
-			}
+			g.cacheBase(file, b, layout)
 		}
 		return b, err
 	})
+}
+
+// cacheBase writes a base image built for layout to the cache file file,
+// with its fresh pages, and evicts the guest's images used least recently
+// past maxBaseImages. A failure to cache costs the next process time,
+// nothing else.
+func (g *Guest) cacheBase(file string, b *baseImage, layout []snapshot.Mount) {
+	if g.saveBase(file, b, layout) != nil {
+		return
+	}
+	_ = writeFresh(file, b.digest, b.fresh)
+	useBaseFile(file)
+	evictBaseFiles(file)
 }
 
 // baseFile names the cache file of a layout's base image: it depends on
@@ -353,6 +372,10 @@ func (g *Guest) baseFile(layout []snapshot.Mount) string {
 	return baseFileName(g.cacheDir, g.id, g.sessionSource(), layout)
 }
 
+// baseFileName names the cache file of the base image of a guest build
+// with a driver source, for a layout: in a directory per guest build and
+// source under sessions/, which holds at most maxBaseImages of them
+// (evictBaseFiles).
 func baseFileName(cacheDir, guest, source string, layout []snapshot.Mount) string {
 	if cacheDir == "" {
 		return ""
@@ -360,8 +383,69 @@ func baseFileName(cacheDir, guest, source string, layout []snapshot.Mount) strin
 	h := sha256.New()
 	h.Write([]byte(guest))
 	h.Write([]byte(source))
+	dir := hex.EncodeToString(h.Sum(nil))[:16]
 	h.Write([]byte(layoutKey(layout)))
-	return filepath.Join(cacheDir, "sessions", hex.EncodeToString(h.Sum(nil))[:32]+".base")
+	return filepath.Join(cacheDir, "sessions", dir, hex.EncodeToString(h.Sum(nil))[:32]+".base")
+}
+
+// evictBaseFiles keeps, of the base images in the directory of file (one
+// guest's), file and the others used last, maxBaseImages in all, as the
+// guest keeps in memory: a file's modification time is when it was written
+// or last loaded (useBaseFile).
+// It deletes the others with their fresh-page files, and fresh-page files
+// whose image is gone. A process that is reading an image deleted meanwhile
+// still reads all of it (an unlinked file stays readable while open, and
+// an image is decoded into memory, never mapped); one that opens it after
+// builds it again.
+func evictBaseFiles(file string) {
+	dir, keep := filepath.Split(file)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type image struct {
+		name string
+		used time.Time
+	}
+	var images []image
+	bases := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".base") {
+			continue
+		}
+		bases[name] = true
+		if fi, err := e.Info(); err == nil {
+			images = append(images, image{name, fi.ModTime()})
+		}
+	}
+	sort.Slice(images, func(i, j int) bool {
+		a, b := images[i], images[j]
+		if (a.name == keep) != (b.name == keep) {
+			return a.name == keep
+		}
+		if !a.used.Equal(b.used) {
+			return a.used.After(b.used)
+		}
+		return a.name < b.name
+	})
+	for _, im := range images[min(len(images), maxBaseImages):] {
+		_ = os.Remove(filepath.Join(dir, im.name))
+		_ = os.Remove(freshFile(filepath.Join(dir, im.name)))
+		delete(bases, im.name)
+	}
+	for _, e := range entries {
+		if base, ok := strings.CutSuffix(e.Name(), ".fresh"); ok && !strings.HasPrefix(base, ".") && !bases[base] {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// useBaseFile marks the base image in file as used now, for
+// evictBaseFiles.
+func useBaseFile(file string) {
+	now := time.Now()
+	_ = os.Chtimes(file, now, now)
 }
 
 // defaultLayout is the mount layout of a session with no mounts.
@@ -472,6 +556,7 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 	// The snapshot's checksum vouches for the content, so the digest is
 	// taken as written rather than computed again (25 ms).
 	b.digest = h.Base
+	useBaseFile(file)
 	if b.fresh = readFresh(file, b.digest); b.fresh == nil {
 		if err := g.freshPages(ctx, b); err != nil {
 			return nil, err
@@ -486,11 +571,16 @@ func (g *Guest) loadBase(ctx context.Context, file string, layout []snapshot.Mou
 // in-memory filesystems at the same paths), deterministically, and keeps
 // its state at the driver's first read.
 func (g *Guest) buildBase(ctx context.Context, layout []snapshot.Mount) (*baseImage, error) {
-	var mounts []Mount
+	var mounts, others []Mount
+	for _, m := range layout {
+		if m.Path != "/" && m.Path != controlPath && m.Path != hostMountPath {
+			others = append(others, Mount{Path: m.Path})
+		}
+	}
 	for _, m := range layout {
 		fs := afero.NewMemMapFs()
 		if m.Path == "/" {
-			if err := makeRoot(fs); err != nil {
+			if err := makeRoot(fs, others); err != nil {
 				return nil, err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +178,99 @@ func TestFreshPagesCached(t *testing.T) {
 	assert.Nil(t, readFresh(file, b.digest), "damaged")
 	assert.Equal(t, want, load(), "computed again")
 	assert.Equal(t, want, readFresh(file, b.digest), "and written again")
+}
+
+// baseFiles returns the names of the base images and of their fresh-page
+// files in dir.
+func baseFiles(t *testing.T, dir string) (bases, fresh []string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		switch {
+		case strings.HasSuffix(e.Name(), ".base"):
+			bases = append(bases, e.Name())
+		case strings.HasSuffix(e.Name(), ".fresh"):
+			fresh = append(fresh, e.Name())
+		}
+	}
+	return bases, fresh
+}
+
+// TestBaseFilesBounded: the cache directory keeps at most maxBaseImages
+// base images per guest, as memory does, 40 layouts or not: the one just
+// written and the ones loaded last; another guest's are its own.
+func TestBaseFilesBounded(t *testing.T) {
+	dir := t.TempDir()
+	g := &Guest{cacheDir: dir, id: "guest-a"}
+	other := &Guest{cacheDir: dir, id: "guest-b"}
+	img := &baseImage{size: wasmPage, pages: make([][]byte, wasmPage/pageSize), digest: "digest", fresh: []uint32{0}}
+	img.pages[0] = bytes.Repeat([]byte{1}, pageSize)
+	layout := func(p string) []snapshot.Mount { return []snapshot.Mount{{Path: "/", InMemory: true}, {Path: p}} }
+	kept := layout("/kept")
+	g.cacheBase(g.baseFile(kept), img, kept)
+	theirs := layout("/theirs")
+	other.cacheBase(other.baseFile(theirs), img, theirs)
+	for i := range 40 {
+		l := layout(fmt.Sprintf("/v%d", i))
+		file := g.baseFile(l)
+		g.cacheBase(file, img, l)
+		require.FileExists(t, file, "the image just written is kept")
+		_, err := g.loadBase(context.Background(), g.baseFile(kept), kept)
+		require.NoError(t, err, "the image used last is kept")
+		bases, fresh := baseFiles(t, filepath.Dir(file))
+		assert.Len(t, bases, min(i+2, maxBaseImages))
+		assert.Len(t, fresh, min(i+2, maxBaseImages))
+	}
+	assert.FileExists(t, other.baseFile(theirs), "another guest's images are not this guest's to evict")
+	bases, _ := baseFiles(t, filepath.Dir(other.baseFile(theirs)))
+	assert.Len(t, bases, 1)
+}
+
+// TestLayoutsOnDiskBounded is the attack of issue 31 on the disk: runs
+// with a new mount layout each wrote a base image of 2.7 MB to the cache
+// that was never deleted. The cache keeps maxBaseImages of them, and a
+// session whose image was evicted from the disk (and from memory) goes on,
+// forks, and resumes from its snapshot.
+func TestLayoutsOnDiskBounded(t *testing.T) {
+	ctx := context.Background()
+	g := builtGuest(t)
+	g.cacheDir = t.TempDir()
+	eval := func(s *Session, code string) string {
+		res, err := s.Run(ctx, code, nil)
+		require.NoError(t, err)
+		return res.Value
+	}
+	first := &Config{Mounts: []Mount{{Path: "/first", FS: afero.NewMemMapFs()}}}
+	s, err := g.NewSession(ctx, first)
+	require.NoError(t, err)
+	defer s.Close()
+	eval(s, "x = 41")
+	var snap bytes.Buffer
+	require.NoError(t, s.Snapshot(&snap))
+	firstFile := g.baseFile(s.layout)
+	require.FileExists(t, firstFile)
+
+	for i := range maxBaseImages + 3 {
+		sb, err := g.NewSandbox(&Config{Mounts: []Mount{{Path: fmt.Sprintf("/v%d", i), FS: afero.NewMemMapFs()}}})
+		require.NoError(t, err)
+		res, err := sb.Run(ctx, "print(1)", nil)
+		require.NoError(t, err)
+		assert.Equal(t, "1\n", string(res.Stdout))
+		sb.Close()
+		bases, fresh := baseFiles(t, filepath.Dir(firstFile))
+		assert.LessOrEqual(t, len(bases), maxBaseImages)
+		assert.LessOrEqual(t, len(fresh), maxBaseImages)
+	}
+	assert.NoFileExists(t, firstFile, "evicted")
+
+	assert.Equal(t, "42", eval(s, "x + 1"))
+	f, err := s.Fork(ctx)
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Equal(t, "43", eval(f, "x + 2"))
+	r, err := g.ResumeSession(ctx, &snap, first)
+	require.NoError(t, err)
+	defer r.Close()
+	assert.Equal(t, "41", eval(r, "x"))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -13,36 +14,113 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 )
 
-// capture keeps the first max bytes written to it and copies what it keeps
-// to tee. Past max it either drops the rest (the guest is told the write
-// succeeded, so a chatty program is not disturbed) or, with stop set,
-// stops the run with ErrOutputLimit.
+// capture keeps at most max bytes of what is written to it and copies
+// everything written to tee. Past max it either keeps the output's start
+// and its end (the guest is told every write succeeded, so a chatty
+// program is not disturbed): Result gets the start, a line saying how
+// many bytes were dropped, and the last quarter of max; or, with stop
+// set, it stops the run with ErrOutputLimit.
 type capture struct {
-	buf       bytes.Buffer
+	buf       bytes.Buffer // everything, while it fits; then the start
+	tail      []byte       // once past max: the latest bytes, at most tailMax() (more while compacting)
 	max       int
 	total     int64 // bytes the guest wrote, kept or not
 	truncated bool
 	tee       io.Writer
 	teeErr    error
-	stop      func(error) // nil: truncate silently
+	stop      func(error) // nil: keep the start and the end
+}
+
+// minTail is the smallest max that keeps an end: below it only the start
+// is kept.
+const minTail = 1024
+
+// droppedLine is what Result holds between the start and the end kept.
+func droppedLine(n int64) string { return fmt.Sprintf("\n[... %d bytes dropped ...]\n", n) }
+
+// tailMax is how many of the latest bytes are kept past max.
+func (c *capture) tailMax() int {
+	if c.stop != nil || c.max < minTail {
+		return 0
+	}
+	return c.max / 4
+}
+
+// headMax is how many bytes of the start are kept past max: what leaves
+// room for the end and the dropped line (whose count has at most 19 digits).
+func (c *capture) headMax() int {
+	if t := c.tailMax(); t > 0 {
+		return c.max - t - len(droppedLine(1e18))
+	}
+	return c.max
 }
 
 func (c *capture) Write(p []byte) (int, error) {
 	n := len(p)
 	c.total += int64(n)
-	if room := c.max - c.buf.Len(); len(p) > room {
-		p = p[:room]
+	if c.stop != nil && c.buf.Len()+len(p) > c.max {
+		p = p[:c.max-c.buf.Len()]
 		c.truncated = true
 	}
-	c.buf.Write(p)
 	if c.tee != nil && c.teeErr == nil && len(p) > 0 {
 		_, c.teeErr = c.tee.Write(p)
 	}
 	if c.truncated && c.stop != nil {
+		c.buf.Write(p)
 		c.stop(ErrOutputLimit)
 		return len(p), ErrOutputLimit
 	}
+	if !c.truncated && c.buf.Len()+len(p) <= c.max {
+		c.buf.Write(p)
+		return n, nil
+	}
+	if !c.truncated {
+		// Past max for the first time: what is kept becomes the start,
+		// the rest of it the beginning of the end.
+		c.truncated = true
+		if h := c.headMax(); c.buf.Len() > h {
+			c.tail = append(c.tail, c.buf.Bytes()[h:]...)
+			c.buf.Truncate(h)
+		} else {
+			k := min(h-c.buf.Len(), len(p))
+			c.buf.Write(p[:k])
+			p = p[k:]
+		}
+		c.tail = append(c.tail, p...)
+	} else {
+		c.tail = append(c.tail, p...)
+	}
+	if t := c.tailMax(); len(c.tail) > 2*t {
+		// Compact: keep the latest t bytes (the buffer never holds more
+		// than 2t plus one write's bytes, and after a large write gives
+		// its memory back).
+		latest := c.tail[len(c.tail)-t:]
+		if cap(c.tail) > 4*t {
+			c.tail = append(make([]byte, 0, 2*t+1), latest...)
+		} else {
+			c.tail = append(c.tail[:0], latest...)
+		}
+	}
 	return n, nil
+}
+
+// bytes returns what the Result keeps: everything written, or its start,
+// a line saying how many bytes were dropped, and its end (from a line's
+// start where one begins in the end's first half).
+func (c *capture) bytes() []byte {
+	t := c.tailMax()
+	if !c.truncated || t == 0 {
+		return c.buf.Bytes()
+	}
+	tail := c.tail[max(0, len(c.tail)-t):]
+	if i := bytes.IndexByte(tail[:len(tail)/2], '\n'); i >= 0 {
+		tail = tail[i+1:]
+	}
+	dropped := c.total - int64(c.buf.Len()) - int64(len(tail))
+	out := make([]byte, 0, c.buf.Len()+len(tail)+64)
+	out = append(out, c.buf.Bytes()...)
+	out = append(out, droppedLine(dropped)...)
+	return append(out, tail...)
 }
 
 // stdinReader lets a run's deadline interrupt a guest blocked reading

@@ -30,11 +30,19 @@ var (
 )
 
 const (
-	// DefaultFuel is the fuel budget of a run that sets none. Fuel counts
-	// WebAssembly instructions (block markers, nop and drop are free);
-	// CPython executes roughly 0.5 to 1 billion of them a second here, so
-	// the default allows minutes of pure computation and the default
-	// deadline is usually the bound that binds first.
+	// DefaultFuelPerSecond is the fuel a run that sets none gets for each
+	// second of its timeout: 3x10^12 under the default 30 s. Fuel counts
+	// WebAssembly instructions (block markers, nop and drop are free); the
+	// built guest executes 2 to 30 billion of them a second on this
+	// project's 2-core machines, depending on the code (`while True: pass`
+	// is the fastest seen, about 29 billion), so the default outlasts the
+	// deadline by 3x or more: a caller who sets only a deadline gets a
+	// deadline error, and fuel is the bound of those who set it (the
+	// deterministic, machine-independent one).
+	DefaultFuelPerSecond = 100_000_000_000
+	// DefaultFuel is the fuel budget of a run that sets none and has no
+	// timeout (Limits.Timeout negative): seconds to a minute of pure
+	// computation, the bound of last resort.
 	DefaultFuel = 100_000_000_000
 	// UnlimitedFuel as Limits.Fuel lifts the fuel bound.
 	UnlimitedFuel = math.MaxInt64
@@ -235,9 +243,20 @@ func (r *runState) watch(ctx context.Context, done <-chan struct{}) {
 
 // linearMemory backs a guest's linear memory and refuses to grow it past
 // a limit, so one run's memory bound does not depend on the runtime's.
+//
+// Where it can (Linux), the memory is a mapping of its limit's size made
+// up front (reserveMemory), which the kernel backs page by page as the
+// guest writes: it grows in place. Grown by copying into buffers twice as
+// large, a run filling 256 MiB held 761 MB of the host's memory at its
+// peak (each old buffer waiting for the collector); in place it holds
+// what the guest wrote (TestMemoryGrowsInPlace, docs/SECURITY.md).
 type linearMemory struct {
 	buf   []byte
 	limit uint64
+	// region, if not nil, is the mapping buf is the start of
+	// (reserveMemory), unmapped when the memory is released, not
+	// collected.
+	region []byte
 	// peak is the largest size the memory had; refused counts growth
 	// attempts refused for the limit. Both are read after the run.
 	peak    uint64
@@ -347,12 +366,19 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 		m.buf = m.buf[:size]
 	} else {
 		// Grow geometrically within the limit, so a guest growing page by
-		// page does not copy its memory every time.
+		// page does not copy its memory every time. A mapped memory's
+		// capacity (which the write tracker registers, written.go) grows
+		// alike, in place: only a memory of Go's is copied.
 		c := max(size, min(2*uint64(cap(m.buf)), m.limit))
-		nb := make([]byte, size, c)
-		copy(nb, m.buf)
-		m.untrack() // the writes to nb are not tracked
-		m.buf = nb
+		if c <= uint64(len(m.region)) {
+			m.buf = m.region[:size:c]
+		} else {
+			nb := make([]byte, size, c)
+			copy(nb, m.buf)
+			m.free()
+			m.buf = nb
+		}
+		m.untrack() // the pages added are not tracked
 	}
 	m.peak = max(m.peak, size)
 	return m.buf
@@ -360,18 +386,33 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 
 func (m *linearMemory) Free() {}
 
-// release gives the memory back to its pool, if it has one: only when no
-// call into its instance can be running.
+// release gives the memory back to its pool, if it has one, else to the
+// system if it is mapped: only when no call into its instance can be
+// running (after the call returned, or the instance is closed).
 func (m *linearMemory) release() {
 	if m == nil {
 		return
 	}
 	m.untrack()
 	if m.pool != nil && m.buf != nil {
-		m.pool.put(m.buf, m.gaveBack)
+		m.pool.put(pooled{b: m.buf, region: m.region}, m.gaveBack)
+	} else {
+		m.free()
 	}
 	m.buf, m.pool = nil, nil
 }
+
+// free unmaps a mapped memory; Go's is left to the collector.
+func (m *linearMemory) free() {
+	if m.region != nil {
+		m.untrack()
+		unreserveMemory(m.region)
+		m.region = nil
+	}
+}
+
+// maxReserve bounds a mapping reserveMemory makes: a 32-bit memory's size.
+const maxReserve = 4 << 30
 
 // memoryAllocator gives each instance of a run a linearMemory.
 type memoryAllocator struct {
@@ -387,15 +428,31 @@ type memoryAllocator struct {
 
 func (a *memoryAllocator) Allocate(capacity, maximum uint64) experimental.LinearMemory {
 	m := &linearMemory{limit: min(a.limit, maximum), pool: a.pool}
-	want := min(max(capacity, a.reserve), a.limit, maximum)
+	want := min(max(capacity, a.reserve), m.limit)
+	// A mapping of the limit's size (rounded up to whole wasm pages), in
+	// which the memory grows in place; pooled ones are mapped too.
+	size := (m.limit + wasmPage - 1) &^ (wasmPage - 1)
 	if a.pool != nil {
-		m.buf = a.pool.get(want)
+		p := a.pool.get(want, size)
+		m.buf, m.region = p.b, p.region
 	}
 	if m.buf == nil {
-		m.buf = make([]byte, 0, want)
+		if m.region = reserveMemory(size); m.region != nil {
+			m.buf = m.region[:0:want]
+		} else {
+			m.buf = make([]byte, 0, want)
+		}
 	}
 	a.mem = m
 	return m
+}
+
+// release releases the memory the allocator gave, if any, when no call
+// into its instance can be running: see linearMemory.release.
+func (a *memoryAllocator) release() {
+	if a.mem != nil {
+		a.mem.release()
+	}
 }
 
 // memPool keeps the linear memories of a guest's closed instances, zeroed,
@@ -405,11 +462,11 @@ func (a *memoryAllocator) Allocate(capacity, maximum uint64) experimental.Linear
 // virtual machine measured, 67 ms for 20 MiB); a pooled one was touched
 // already, and only the part the last instance used is zeroed, on a
 // goroutine of its own, after the instance's owner let go of it. It keeps
-// at most maxPooled memories of at most maxPooledBytes each, those being
-// zeroed included.
+// at most maxPooled memories of at most maxPooledBytes each (the part
+// their instances used), those being zeroed included.
 type memPool struct {
 	mu      sync.Mutex
-	free    [][]byte
+	free    []pooled
 	zeroing int        // memories being zeroed, which will be free
 	zeroed  *sync.Cond // signalled when one is (on mu)
 	closed  bool
@@ -421,22 +478,40 @@ const (
 	maxPooledBytes = 64 << 20
 )
 
-// get returns a zeroed memory of length 0 and a capacity of at least n,
-// or nil. With none free but some being zeroed, it waits for those: a
-// zeroing takes a millisecond or two, a new memory's first touch much
-// longer.
-func (p *memPool) get(n uint64) []byte {
+// pooled is a memory in the pool: b, of length 0, and the mapping it
+// starts, if it is mapped (see linearMemory).
+type pooled struct {
+	b, region []byte
+}
+
+// fits reports whether the memory can back one of capacity n and, if it
+// is mapped, of a mapping of at least size.
+func (m pooled) fits(n, size uint64) bool {
+	if m.region != nil {
+		return uint64(len(m.region)) >= size
+	}
+	return uint64(cap(m.b)) >= n
+}
+
+// get returns a zeroed memory of length 0 and a capacity of at least n
+// (for a mapped one, a mapping of at least size), or none (a nil b).
+// With none free but some being zeroed, it waits for those: a zeroing
+// takes a millisecond or two, a new memory's first touch much longer.
+func (p *memPool) get(n, size uint64) pooled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
-		for i, b := range p.free {
-			if uint64(cap(b)) >= n {
+		for i, m := range p.free {
+			if m.fits(n, size) {
 				p.free = append(p.free[:i], p.free[i+1:]...)
-				return b
+				if m.region != nil {
+					m.b = m.region[:0:max(uint64(cap(m.b)), n)]
+				}
+				return m
 			}
 		}
 		if p.zeroing == 0 || p.closed {
-			return nil
+			return pooled{}
 		}
 		if p.zeroed == nil {
 			p.zeroed = sync.NewCond(&p.mu)
@@ -445,16 +520,20 @@ func (p *memPool) get(n uint64) []byte {
 	}
 }
 
-// put zeroes b (the part an instance used: it never shrinks) and keeps
-// it, if there is room. sparse says that pages of b were given back to
-// the kernel (trimZeros): those are zeros, and are not written.
-func (p *memPool) put(b []byte, sparse bool) {
-	if cap(b) > maxPooledBytes {
-		return
+// put zeroes m.b (the part an instance used: it never shrinks) and keeps
+// it, if there is room, else unmaps it if it is mapped. sparse says that
+// pages of b were given back to the kernel (trimZeros): those are zeros,
+// and are not written.
+func (p *memPool) put(m pooled, sparse bool) {
+	b := m.b
+	used := cap(b)
+	if m.region != nil {
+		used = len(b) // the pages past it were never written
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.free)+p.zeroing >= maxPooled {
+	if used > maxPooledBytes || p.closed || len(p.free)+p.zeroing >= maxPooled {
+		m.drop()
 		return
 	}
 	p.zeroing++
@@ -492,13 +571,22 @@ func (p *memPool) put(b []byte, sparse bool) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.zeroing--
-		if !p.closed {
-			p.free = append(p.free, b[:0])
+		if m.b = b[:0]; p.closed {
+			m.drop()
+		} else {
+			p.free = append(p.free, m)
 		}
 		if p.zeroed != nil {
 			p.zeroed.Broadcast()
 		}
 	}()
+}
+
+// drop unmaps the memory if it is mapped.
+func (m pooled) drop() {
+	if m.region != nil {
+		unreserveMemory(m.region)
+	}
 }
 
 func (p *memPool) isClosed() bool {
@@ -511,8 +599,25 @@ func (p *memPool) isClosed() bool {
 func (p *memPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, m := range p.free {
+		m.drop()
+	}
 	p.free, p.closed = nil, true
 	if p.zeroed != nil {
 		p.zeroed.Broadcast()
 	}
+}
+
+// defaultFuel is the fuel of a run with this timeout (negative: none)
+// that sets none: DefaultFuelPerSecond of the timeout, at least
+// DefaultFuelPerSecond, saturating at UnlimitedFuel.
+func defaultFuel(timeout time.Duration) int64 {
+	if timeout < 0 {
+		return DefaultFuel
+	}
+	secs := max(1, math.Ceil(timeout.Seconds()))
+	if secs >= float64(UnlimitedFuel)/DefaultFuelPerSecond {
+		return UnlimitedFuel
+	}
+	return int64(secs) * DefaultFuelPerSecond
 }

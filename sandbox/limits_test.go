@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"runtime"
@@ -364,7 +365,8 @@ func TestRunLimitsOnlyLower(t *testing.T) {
 	assert.Len(t, res.Stdout, sandbox.DefaultMaxOutput)
 	eff, err := sandbox.Limits{}.Lower(sandbox.Limits{Timeout: time.Hour, Fuel: sandbox.UnlimitedFuel, Memory: 1 << 32, MaxOutput: 1 << 30})
 	require.NoError(t, err)
-	assert.Equal(t, sandbox.Limits{Timeout: sandbox.DefaultTimeout, Fuel: sandbox.DefaultFuel, Memory: sandbox.DefaultMemoryLimit, MaxOutput: sandbox.DefaultMaxOutput}, eff)
+	assert.Equal(t, sandbox.Limits{Timeout: sandbox.DefaultTimeout, Fuel: int64(sandbox.DefaultTimeout/time.Second) * sandbox.DefaultFuelPerSecond,
+		Memory: sandbox.DefaultMemoryLimit, MaxOutput: sandbox.DefaultMaxOutput}, eff)
 	eff, err = sandbox.Limits{Timeout: -1}.Lower(sandbox.Limits{Timeout: time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, eff.Timeout, "any timeout lowers none")
@@ -423,4 +425,59 @@ func TestLimitBeforeStartHasResult(t *testing.T) {
 	res, err = s.Exec(context.Background(), nil, "args")
 	require.ErrorIs(t, err, sandbox.ErrClosed)
 	assert.Nil(t, res)
+}
+
+// TestDeadlineOnlyGetsDeadline: a caller who sets only a deadline gets a
+// deadline error, not fuel exhausted first. The default fuel of a timeout
+// covers it with room for faster machines: `while True: pass`, the
+// fastest fuel burner known, uses under a third of it (measured over a
+// short run), and a run of it stops on its deadline.
+func TestDeadlineOnlyGetsDeadline(t *testing.T) {
+	ctx := context.Background()
+	for _, timeout := range []time.Duration{time.Millisecond, 5 * time.Second, time.Hour} {
+		// As a sandbox's ceiling, and as a run's request under the default one.
+		l, err := sandbox.Limits{Timeout: timeout}.Lower(sandbox.Limits{})
+		require.NoError(t, err)
+		assert.Equal(t, int64(max(timeout, time.Second)/time.Second)*sandbox.DefaultFuelPerSecond, l.Fuel, timeout)
+		l, err = sandbox.Limits{}.Lower(sandbox.Limits{Timeout: timeout})
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, l.Fuel, int64(l.Timeout/time.Second)*sandbox.DefaultFuelPerSecond, timeout)
+	}
+	l, err := sandbox.Limits{Timeout: -1}.Lower(sandbox.Limits{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(sandbox.DefaultFuel), l.Fuel, "no timeout: the fuel of last resort")
+	l, err = sandbox.Limits{Timeout: 1 << 62}.Lower(sandbox.Limits{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(sandbox.UnlimitedFuel), l.Fuel, "saturates")
+
+	py := sandboxtest.Python(t)
+	const timeout = 500 * time.Millisecond
+	res, err := py.Run(ctx, "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: timeout}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, sandbox.StopDeadline, res.Stop)
+	perSecond := float64(res.FuelUsed) / res.Duration.Seconds()
+	t.Logf("while True: pass: %.3g fuel a second", perSecond)
+	assert.Less(t, 3*perSecond, float64(sandbox.DefaultFuelPerSecond),
+		"while True: pass burns %.3g fuel a second: the default per second must outlast it 3x", perSecond)
+}
+
+// TestOutputPastLimitKeepsStartAndEnd: a run that prints past MaxOutput
+// is not stopped; its Result keeps the start, the count of bytes dropped
+// and the end (where the answer usually is), within MaxOutput, and the
+// stream the caller passed gets every byte.
+func TestOutputPastLimitKeepsStartAndEnd(t *testing.T) {
+	var stream bytes.Buffer
+	res, err := sandboxtest.Python(t).Run(context.Background(),
+		"for i in range(200_000): print(f'line {i}')\nprint('the answer is 42')",
+		&sandbox.RunOptions{Stdout: &stream, Limits: sandbox.Limits{MaxOutput: 64 << 10}})
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.StopExit, res.Stop)
+	assert.True(t, res.StdoutTruncated)
+	assert.LessOrEqual(t, len(res.Stdout), 64<<10)
+	out := string(res.Stdout)
+	assert.True(t, strings.HasPrefix(out, "line 0\nline 1\n"), out[:20])
+	assert.True(t, strings.HasSuffix(out, "line 199999\nthe answer is 42\n"))
+	assert.Regexp(t, `\n\[\.\.\. [0-9]+ bytes dropped \.\.\.\]\n`, out)
+	assert.Equal(t, res.StdoutBytes, int64(stream.Len()), "the stream gets all of it")
+	assert.True(t, strings.HasSuffix(stream.String(), "the answer is 42\n"))
 }

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/afero"
+
+	"github.com/fumehood/fumehood/internal/guests/cpython"
 )
 
 // The outcome of a session run is written by the driver, which runs in the
@@ -46,8 +48,9 @@ type outcome struct {
 	// Exception says the code raised an exception, in P.type, P.message
 	// and P.traceback.
 	Exception bool `json:"exception"`
-	// Exit is the status of SystemExit.
-	Exit *int `json:"exit"`
+	// Exit is the status of SystemExit, as the host reads it
+	// whatever integer the guest wrote.
+	Exit *cpython.ExitCode `json:"exit"`
 }
 
 // readOutcome reads the outcome of a run from fsys (the control directory)
@@ -86,7 +89,7 @@ func readOutcome(fsys afero.Fs, name string, limit int) (*Result, error) {
 		res.Exception = e
 	}
 	if out.Exit != nil {
-		res.ExitCode = *out.Exit
+		res.ExitCode = int(*out.Exit)
 	}
 	return res, nil
 }

@@ -59,3 +59,17 @@ func TestCapText(t *testing.T) {
 		assert.True(t, utf8.ValidString(got))
 	}
 }
+
+// TestOutcomeExitStatus: the npm guest's session driver writes its outcome
+// to a file the guest's code can reach; the host reads any integer there
+// as the status a POSIX parent would see (0 to 255), never failing on it
+// (a SystemExit(2**70) made the outcome unreadable).
+func TestOutcomeExitStatus(t *testing.T) {
+	fsys := afero.NewMemMapFs()
+	for in, want := range map[string]int{"7": 7, "-1": 255, "256": 0, "1180591620717411303424": 255} {
+		require.NoError(t, afero.WriteFile(fsys, "/r", []byte(`{"exit": `+in+`}`), 0o644))
+		res, err := readOutcome(fsys, "/r", 100)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, res.ExitCode, in)
+	}
+}

@@ -149,9 +149,9 @@ func TestSparsePoolZeroesWhatIsThere(t *testing.T) {
 	clear(b[64*pageSize : 200*pageSize])
 	require.Equal(t, 136, trimZeros(b, nil))
 	b[100*pageSize+5] = 0xA5 // written again after it was given back
-	p.put(b, true)
+	p.put(pooled{b: b}, true)
 	wg.Wait()
-	got := p.get(uint64(len(b)))
+	got := p.get(uint64(len(b)), 0).b
 	require.NotNil(t, got)
 	got = got[:len(b)]
 	assert.Equal(t, len(got), bytes.Count(got, []byte{0}), "nothing of the last instance is left")

@@ -13,12 +13,18 @@ import (
 type Result struct {
 	// Stdout and Stderr hold the captured output, at most MaxOutput bytes each.
 	Stdout, Stderr []byte
-	// StdoutTruncated and StderrTruncated report output dropped past MaxOutput.
+	// StdoutTruncated and StderrTruncated report output dropped past
+	// MaxOutput: the text holds the start, a line "[... N bytes dropped
+	// ...]" and the end (or, with StopAtOutputLimit, what came before the
+	// stop).
 	StdoutTruncated, StderrTruncated bool
 	// StdoutBytes and StderrBytes count everything the guest wrote, kept or not.
 	StdoutBytes, StderrBytes int64
 	// ExitCode is the guest's exit status: 0 on success, 1 for an uncaught
-	// Python exception, n for SystemExit(n), and -1 when the run was
+	// Python exception, and for SystemExit(n) or an exit with n the
+	// status a POSIX parent would see, from 0 to 255: n's low 8 bits (as
+	// python's, SystemExit(-1) and SystemExit(2**70) are 255, and
+	// SystemExit(256) is 0, a success). It is -1 only when the run was
 	// stopped before the guest exited.
 	ExitCode int
 	// Duration is the run's wall time, from instantiation to exit.
@@ -95,7 +101,9 @@ func stopReason(err error) StopReason {
 // ExitError reports a guest that exited with a non-zero status. The Result
 // returned with it holds the output.
 type ExitError struct {
-	// Code is the guest's exit status.
+	// Code is the guest's exit status, from 1 to 255 (see
+	// Result.ExitCode), or 0 for a session's interpreter that exited
+	// with status 0 in the middle of a run (os._exit(0)).
 	Code int
 }
 

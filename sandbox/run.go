@@ -187,8 +187,8 @@ func (r *run) stopped() bool {
 func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
 	r.cancel()
 	res := &Result{
-		Stdout: r.stdout.buf.Bytes(), StdoutTruncated: r.stdout.truncated, StdoutBytes: r.stdout.total,
-		Stderr: r.stderr.buf.Bytes(), StderrTruncated: r.stderr.truncated, StderrBytes: r.stderr.total,
+		Stdout: r.stdout.bytes(), StdoutTruncated: r.stdout.truncated, StdoutBytes: r.stdout.total,
+		Stderr: r.stderr.bytes(), StderrTruncated: r.stderr.truncated, StderrBytes: r.stderr.total,
 		FuelUsed:   r.state.fuelUsed(),
 		PeakMemory: mem.peak, MemoryLimitHit: mem.hit,
 	}
@@ -252,6 +252,7 @@ func (s *Sandbox) exec(ctx context.Context, name string, args []string, opts *Ru
 	if m := alloc.mem; m != nil {
 		mem = memStats{peak: int64(m.peak), hit: m.refused > 0}
 	}
+	alloc.release() // the call returned: nothing runs in it
 	return r.end(runErr, mem, nil)
 }
 
@@ -300,8 +301,9 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 }
 
 // classify turns the runtime's error into the package's and says what
-// ended the run and its exit code (-1 when it was stopped before the guest
-// exited). Only what the host recorded decides a limit: the reason it
+// ended the run and its exit code (0-255, the low 8 bits of the status the
+// guest passed to proc_exit, as a POSIX parent sees it; -1 when it was
+// stopped before the guest exited). Only what the host recorded decides a limit: the reason it
 // stopped the run for, the allocator's refusals (memHit), a trap.
 // Whatever status the guest exits with is its own exit: wazero's exit
 // codes for a closed context (sys.ExitCodeDeadlineExceeded and
@@ -325,7 +327,9 @@ func classify(r *runState, err error, d time.Duration, memHit bool) (StopReason,
 	stop, code := StopExit, -1
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
-		code = int(exit.ExitCode())
+		// WASI's proc_exit takes 32 bits; a POSIX parent sees the low
+		// 8 (sys.exit(-1) and os._exit(-1) are 255, as python's own).
+		code = int(exit.ExitCode() & 0xff)
 		if code == 0 {
 			return StopExit, 0, nil
 		}

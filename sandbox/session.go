@@ -141,7 +141,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 			if err := fill(root); err != nil {
 				return nil, err
 			}
-		} else if err := makeRoot(root); err != nil {
+		} else if err := makeRoot(root, c.Mounts); err != nil {
 			return nil, err
 		}
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -520,4 +521,40 @@ func TestSessionRequestsOfCodeAlone(t *testing.T) {
 	assert.Equal(t, "ZeroDivisionError", exc.Type)
 	assert.Contains(t, exc.Traceback, `File "<run-6>", line 2, in <module>`)
 	assert.Equal(t, "0", run(t, s, "x").Value, "the session went on, x as it was")
+}
+
+// TestSessionResumeStreams resumes a session holding 48 MiB of random
+// bytes in memory and a 16 MiB random file in its root (a snapshot of
+// about 64 MB, which does not compress): the resume decodes as it reads,
+// the pages straight into the session's checkpoint and the file into its
+// root, so what it allocates on Go's heap is the state it keeps plus a
+// few MiB, not the encoded snapshot and the decoded one on top (the
+// linear memory is mapped, outside the heap): 1.4 times the snapshot's
+// size. It used to allocate 7.3 times: a 337 MB snapshot took the command
+// line to 1.8 GB of resident memory.
+func TestSessionResumeStreams(t *testing.T) {
+	g := sandboxtest.PythonSessions(t)
+	ctx := context.Background()
+	s := newSession(t, nil)
+	run(t, s, `import os
+blob = os.urandom(48 << 20)
+with open('/work/f', 'wb') as f:
+    for _ in range(16):
+        f.write(os.urandom(1 << 20))`)
+	snap := snapshotOf(t, s)
+	require.NoError(t, s.Close())
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r, err := g.ResumeSession(ctx, bytes.NewReader(snap), nil)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	defer r.Close()
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("resuming a %d-byte snapshot allocated %d bytes (%.2f times)", len(snap), alloc, float64(alloc)/float64(len(snap)))
+	// The checkpoint's pages (48 MiB and the interpreter's), the file
+	// (made room for, then copied in), the decoder.
+	assert.Less(t, alloc, uint64(len(snap))*3/2)
+	assert.Equal(t, "(50331648, 16777216)", run(t, r, "import os\nlen(blob), os.path.getsize('/work/f')").Value)
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -100,6 +101,11 @@ func (s *Session) capture() (*snapshot.Snapshot, error) {
 			snap.Pages = append(snap.Pages, snapshot.Page{Index: uint32(i), Data: p})
 		}
 	}
+	// Snapshot encodes the pages after the lock is released, while the
+	// next run's checkpoint may be taken: from now on they are shared, as
+	// with a fork, and a checkpoint replaces a page it changes with a copy
+	// instead of writing it in place.
+	s.ckpt.share()
 	if s.root != nil {
 		files, err := readTree(s.root, 0)
 		if err != nil {
@@ -143,36 +149,91 @@ func readTree(root afero.Fs, mount int) ([]snapshot.File, error) {
 
 // writeTree recreates files in root.
 func writeTree(root afero.Fs, files []snapshot.File) error {
-	type dirTime struct {
-		p string
-		t time.Time
-	}
-	var dirs []dirTime
+	w := treeWriter{root: root}
 	for _, f := range files {
-		p := "/" + f.Path
-		mode := fs.FileMode(f.Mode).Perm()
-		t := time.Unix(0, f.ModTime)
-		switch f.Kind {
-		case snapshot.KindDir:
-			if err := root.MkdirAll(p, mode); err != nil {
-				return err
-			}
-			if err := root.Chmod(p, mode|fs.ModeDir); err != nil {
-				return err
-			}
-			dirs = append(dirs, dirTime{p, t})
-		case snapshot.KindFile:
-			if err := afero.WriteFile(root, p, f.Data, mode); err != nil {
-				return err
-			}
-			if err := root.Chtimes(p, t, t); err != nil {
-				return err
+		if err := w.add(f, bytes.NewReader(f.Data), int64(len(f.Data))); err != nil {
+			return err
+		}
+	}
+	return w.finish()
+}
+
+// treeWriter recreates files in root one by one (add), parents first,
+// then the times of the directories (finish).
+type treeWriter struct {
+	root afero.Fs
+	dirs []dirTime
+}
+
+type dirTime struct {
+	p string
+	t time.Time
+}
+
+// add creates f, a file's content read from data, size bytes.
+func (w *treeWriter) add(f snapshot.File, data io.Reader, size int64) error {
+	p := "/" + f.Path
+	mode := fs.FileMode(f.Mode).Perm()
+	t := time.Unix(0, f.ModTime)
+	switch f.Kind {
+	case snapshot.KindDir:
+		if err := w.root.MkdirAll(p, mode); err != nil {
+			return err
+		}
+		if err := w.root.Chmod(p, mode|fs.ModeDir); err != nil {
+			return err
+		}
+		w.dirs = append(w.dirs, dirTime{p, t})
+	case snapshot.KindFile:
+		if err := writeFile(w.root, p, mode, data, size); err != nil {
+			return err
+		}
+		if err := w.root.Chtimes(p, t, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile writes size bytes of data to the file at p. The room for
+// them is made first (the in-memory filesystem then appends in place
+// rather than growing, and copying, its buffer at every write; its
+// truncation allocates as many zeros again, dropped at once), and the
+// data copied in a MiB at a time: the file's content is never held twice.
+func writeFile(root afero.Fs, p string, mode fs.FileMode, data io.Reader, size int64) error {
+	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if size > 0 {
+		if err = f.Truncate(size); err == nil {
+			err = f.Truncate(0)
+		}
+		if err == nil {
+			var n int64
+			n, err = io.CopyBuffer(onlyWriter{f}, io.LimitReader(data, size), make([]byte, min(size, 1<<20)))
+			if err == nil && n < size {
+				err = io.ErrUnexpectedEOF
 			}
 		}
 	}
-	// Directories last, since creating their entries changed their times.
-	for _, d := range dirs {
-		if err := root.Chtimes(d.p, d.t, d.t); err != nil {
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// onlyWriter hides all but Write: io.CopyBuffer then uses the buffer it
+// is given.
+type onlyWriter struct{ w io.Writer }
+
+func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
+
+// finish sets the directories' times, last, since creating their entries
+// changed them.
+func (w *treeWriter) finish() error {
+	for _, d := range w.dirs {
+		if err := w.root.Chtimes(d.p, d.t, d.t); err != nil {
 			return err
 		}
 	}
@@ -204,25 +265,18 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 	if err != nil {
 		return nil, err
 	}
-	snap, err := snapshot.Decode(r, lim)
+	// The snapshot is decoded as it is read, its pages straight into the
+	// checkpoint and its files into the session's in-memory root: a
+	// restore never holds the encoded snapshot, nor its decoded form
+	// besides the session's own state (see docs/SECURITY.md).
+	rs := &resumer{g: g, ctx: ctx, c: c}
+	err = snapshot.Stream(r, lim, rs)
+	s := rs.s
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: resume: %w", err)
-	}
-	h := &snap.Header
-	root, err := g.checkHeader(h)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: resume: %w", err)
-	}
-	c.Env, c.Deterministic, c.Seed = h.Env, h.Deterministic, h.Seed
-	fill := func(fsys afero.Fs) error {
-		if root < 0 {
-			return fmt.Errorf("sandbox: resume: %w: the snapshot's root is a mount, this session's is in memory", ErrSnapshotLayout)
+		if s != nil {
+			s.sb.Close()
 		}
-		return writeTree(fsys, snap.Files)
-	}
-	s, err := g.prepareSession(&c, fill)
-	if err != nil {
-		if errors.Is(err, ErrSnapshotLayout) {
+		if errors.Is(err, errResume) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("sandbox: resume: %w", err)
@@ -231,18 +285,10 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 		s.sb.Close()
 		return nil, fmt.Errorf("sandbox: resume: %w", err)
 	}
-	if got, want := describeLayout(s.layout), describeLayout(h.Mounts); got != want {
-		return fail(fmt.Errorf("%w: the snapshot mounts %s, the session %s", ErrSnapshotLayout, want, got))
+	if err := rs.tree.finish(); err != nil {
+		return fail(fmt.Errorf("writing the in-memory root: %w", err))
 	}
-	base, err := g.base(ctx, s.layout)
-	if err != nil {
-		return fail(err)
-	}
-	ck, err := g.checkSnapshot(snap, base)
-	if err != nil {
-		return fail(err)
-	}
-	s.base, s.ckpt = base, ck
+	h := rs.h
 	s.runs, s.sb.fuelUsed, s.slept = h.Runs, h.FuelUsed, time.Duration(h.ClockNanos)
 	if h.Deterministic {
 		// Not the stream the session began with, which its memory may
@@ -255,6 +301,72 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 		return fail(err)
 	}
 	return s, nil
+}
+
+// errResume marks an error of ResumeSession that already says so.
+var errResume = errors.New("sandbox: resume")
+
+// resumer is the target of a snapshot decoded by ResumeSession: from its
+// header it prepares the session, then it takes the pages into the
+// checkpoint and the files into the in-memory root as they are decoded.
+type resumer struct {
+	g    *Guest
+	ctx  context.Context
+	c    Config
+	h    *snapshot.Header
+	s    *Session
+	tree treeWriter
+	slab snapshot.PageSlab
+}
+
+func (rs *resumer) Header(h *snapshot.Header) error {
+	g, c := rs.g, &rs.c
+	root, err := g.checkHeader(h)
+	if err != nil {
+		return err
+	}
+	rs.h = h
+	c.Env, c.Deterministic, c.Seed = h.Env, h.Deterministic, h.Seed
+	// The files come after the pages: the root starts empty.
+	fill := func(afero.Fs) error {
+		if root < 0 {
+			return fmt.Errorf("%w: %w: the snapshot's root is a mount, this session's is in memory", errResume, ErrSnapshotLayout)
+		}
+		return nil
+	}
+	s, err := g.prepareSession(c, fill)
+	if err != nil {
+		return err
+	}
+	rs.s = s
+	rs.tree.root = s.root
+	if got, want := describeLayout(s.layout), describeLayout(h.Mounts); got != want {
+		return fmt.Errorf("%w: the snapshot mounts %s, the session %s", ErrSnapshotLayout, want, got)
+	}
+	base, err := g.base(rs.ctx, s.layout)
+	if err != nil {
+		return err
+	}
+	ck, err := g.checkSnapshot(h, base)
+	if err != nil {
+		return err
+	}
+	s.base, s.ckpt = base, ck
+	return nil
+}
+
+func (rs *resumer) Page(index uint32, data []byte) error {
+	// The checkpoint's alone: updated in place, until shared.
+	ck := rs.s.ckpt
+	ck.pages[index], ck.owned[index] = rs.slab.Copy(data), true
+	return nil
+}
+
+func (rs *resumer) File(f snapshot.File, data io.Reader, size int64) error {
+	if rs.tree.root == nil {
+		return fmt.Errorf("%w: a file for an in-memory root the session does not have", ErrSnapshotLayout)
+	}
+	return rs.tree.add(f, data, size)
 }
 
 // resumeLimits are the bounds of a snapshot a session of Config c can
@@ -303,10 +415,10 @@ func (g *Guest) checkHeader(h *snapshot.Header) (root int, _ error) {
 	return root, nil
 }
 
-// checkSnapshot checks a snapshot against the base image of its layout
-// and the guest's globals, and returns its state as a checkpoint.
-func (g *Guest) checkSnapshot(snap *snapshot.Snapshot, base *baseImage) (*checkpoint, error) {
-	h := &snap.Header
+// checkSnapshot checks a snapshot's header against the base image of its
+// layout and the guest's globals, and returns a checkpoint of its size
+// and globals, without pages yet.
+func (g *Guest) checkSnapshot(h *snapshot.Header, base *baseImage) (*checkpoint, error) {
 	if h.Base != base.digest {
 		return nil, fmt.Errorf("%w: its base image %.12s differs from this build's %.12s (another session driver)", ErrSnapshotGuest, h.Base, base.digest)
 	}
@@ -316,15 +428,13 @@ func (g *Guest) checkSnapshot(snap *snapshot.Snapshot, base *baseImage) (*checkp
 	if len(h.Globals) != len(g.globals) {
 		return nil, fmt.Errorf("%w: %d globals, the guest has %d", ErrSnapshotCorrupt, len(h.Globals), len(g.globals))
 	}
-	ck := &checkpoint{size: h.MemorySize, pages: make([][]byte, h.MemorySize/pageSize)}
+	n := h.MemorySize / pageSize
+	ck := &checkpoint{size: h.MemorySize, pages: make([][]byte, n), owned: make([]bool, n)}
 	for i, gl := range h.Globals {
 		if gl.Name != g.globals[i] {
 			return nil, fmt.Errorf("%w: global %q where %q belongs", ErrSnapshotCorrupt, gl.Name, g.globals[i])
 		}
 		ck.globals = append(ck.globals, gl.Value)
-	}
-	for _, p := range snap.Pages {
-		ck.pages[p.Index] = p.Data
 	}
 	return ck, nil
 }

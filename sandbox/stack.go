@@ -2,7 +2,8 @@ package sandbox
 
 import (
 	"errors"
-	"strings"
+	"math"
+	"reflect"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -49,6 +50,12 @@ type stackPointer struct {
 	// --stack-first): an overflow leaves memory at its bottom and traps.
 	// Otherwise it runs into static data first.
 	first bool
+	// floor is the address below which the stack pointer is never found
+	// but in an overflow: stackSlack or an eighth of the stack, and never
+	// above the lowest static data (a stack below all data reaches that
+	// low only when nearly full; a stack above data, only after running
+	// through all of it); 0 when a data segment's place is not a constant.
+	floor uint32
 }
 
 // findStackPointer finds m's stack pointer; ok is false for a module that
@@ -83,15 +90,22 @@ func findStackPointer(m *wasmbin.Module) stackPointer {
 	if r.Err != nil || r.Byte() != 0x0B || top == 0 || top%16 != 0 {
 		return stackPointer{}
 	}
-	return stackPointer{ok: true, index: int(imported), top: top, first: dataAbove(m, top)}
+	sp := stackPointer{ok: true, index: int(imported), top: top}
+	if low, ok := lowestData(m); ok {
+		sp.first = low >= top
+		sp.floor = min(stackSlack, top/8, low)
+	}
+	return sp
 }
 
-// dataAbove reports whether every active data segment of m starts at or
-// above addr (at a constant offset).
-func dataAbove(m *wasmbin.Module, addr uint32) bool {
+// lowestData returns the lowest address at which an active data segment
+// of m starts (math.MaxUint32 for none); ok is false when a segment's
+// offset is not a constant.
+func lowestData(m *wasmbin.Module) (low uint32, ok bool) {
+	low = math.MaxUint32
 	s := m.Section(wasmbin.SectionData)
 	if s == nil {
-		return true
+		return low, true
 	}
 	r := &wasmbin.Reader{B: s.Payload}
 	n := r.Count(1)
@@ -104,37 +118,36 @@ func dataAbove(m *wasmbin.Module, addr uint32) bool {
 				r.U32() // memory index
 			}
 			if r.Byte() != 0x41 { // i32.const
-				return false
+				return 0, false
 			}
 			off := uint32(readS32(r))
-			if r.Byte() != 0x0B || off < addr {
-				return false
+			if r.Byte() != 0x0B {
+				return 0, false
 			}
+			low = min(low, off)
 		default:
-			return false
+			return 0, false
 		}
 		r.Bytes(r.U32())
 	}
-	return r.Err == nil
+	return low, r.Err == nil
 }
 
 // check returns err as a stack overflow when it is one: the runtime's own
 // call-stack overflow, or an out-of-bounds access with the stack pointer
-// wrapped below zero (above its initial value) or, for a stack-first
-// layout, within stackSlack of the bottom. mod is the instance that
-// trapped, still open.
+// wrapped below zero (above its initial value) or below its floor. mod is the instance that
+// trapped, still open. The trap is found by its type anywhere in err's
+// chain, so a caller's wrapping (the driver's "cpython: fumehood_exec: ")
+// does not hide it, and nothing the guest wrote can pose as one.
 func (sp stackPointer) check(mod api.Module, err error) error {
-	if err == nil {
-		return nil
+	trap := runtimeTrap(err)
+	if trap == "" {
+		return err
 	}
-	msg := err.Error()
-	// wazero's call-stack overflow (wasmruntime.ErrRuntimeStackOverflow,
-	// internal to it) says "stack overflow", with "wasm error: " before it
-	// in some versions.
-	if strings.HasPrefix(msg, "stack overflow") || strings.HasPrefix(msg, "wasm error: stack overflow") {
+	if trap == trapStackOverflow {
 		return &stackOverflowError{err: err}
 	}
-	if !sp.ok || mod == nil || !strings.HasPrefix(msg, "wasm error: out of bounds memory access") {
+	if !sp.ok || mod == nil || trap != trapOutOfBounds {
 		return err
 	}
 	im, ok := mod.(experimental.InternalModule)
@@ -146,10 +159,44 @@ func (sp stackPointer) check(mod api.Module, err error) error {
 		return err
 	}
 	v := uint32(g.Get())
-	if v > sp.top || (sp.first && v < min(stackSlack, sp.top/8)) {
+	if v > sp.top || v < sp.floor {
 		return &stackOverflowError{err: err}
 	}
 	return err
+}
+
+// The runtime's traps check tells apart (wazero's wasmruntime errors).
+const (
+	trapStackOverflow = "stack overflow"
+	trapOutOfBounds   = "out of bounds memory access"
+)
+
+// wasmruntimeError is the package path and name of wazero's trap type,
+// wasmruntime.Error, internal to it: its values are the traps (their
+// text, such as "stack overflow", is all they hold), and neither a guest
+// nor a host function can make one.
+const wasmruntimePkg, wasmruntimeType = "github.com/tetratelabs/wazero/internal/wasmruntime", "Error"
+
+// runtimeTrap returns the text of the runtime's trap in err's chain
+// (trapStackOverflow, trapOutOfBounds, ...), or "" when there is none.
+func runtimeTrap(err error) string {
+	for todo := []error{err}; len(todo) > 0; {
+		e := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if e == nil {
+			continue
+		}
+		if t := reflect.TypeOf(e); t.Kind() == reflect.Pointer && t.Elem().PkgPath() == wasmruntimePkg && t.Elem().Name() == wasmruntimeType {
+			return e.Error()
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			todo = append(todo, u.Unwrap())
+		case interface{ Unwrap() []error }:
+			todo = append(todo, u.Unwrap()...)
+		}
+	}
+	return ""
 }
 
 // readS32 reads a signed LEB128 i32 from r.

@@ -129,3 +129,30 @@ func TestPythonStackOverflowInSession(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "42", res.Value)
 }
+
+// runtimeOverflows recurse in C code that counts no recursion, a million
+// calls deep: the runtime's call stack runs out before the C stack does.
+var runtimeOverflows = []struct{ name, code string }{
+	{"hash of a deep tuple", "t = ()\nfor _ in range(10**6):\n    t = (t,)\nhash(t)\n"},
+	{"chained maps", "m = iter([1])\nfor _ in range(10**6):\n    m = map(abs, m)\nnext(m)\n"},
+}
+
+// TestRuntimeStackOverflowIsStopStack runs, on the tests' Python guest,
+// programs that run the runtime's call stack out inside the interpreter's
+// C code: each is ErrStackOverflow in a *TrapError with StopStack, in
+// one-shot runs and in a session, which goes on from the state before the
+// run. (The built guest's driver wraps the runtime's error, and a prefix
+// match on its text made these plain traps.)
+func TestRuntimeStackOverflowIsStopStack(t *testing.T) {
+	oneShotAndSession(t, func(t *testing.T, run func(code string) (*sandbox.Result, error)) {
+		for _, tc := range runtimeOverflows {
+			res, err := run(tc.code)
+			require.NotNil(t, res, "%s: %v", tc.name, err)
+			assert.ErrorIs(t, err, sandbox.ErrStackOverflow, tc.name)
+			var trap *sandbox.TrapError
+			assert.ErrorAs(t, err, &trap, tc.name)
+			assert.Equal(t, sandbox.StopStack, res.Stop, "%s: %v", tc.name, err)
+			assert.Equal(t, -1, res.ExitCode, tc.name)
+		}
+	})
+}

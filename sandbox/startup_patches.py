@@ -16,7 +16,7 @@ def refuse(what):
             "urllib.request or http.client, to the hosts the network policy allows" % what)
     return PermissionError(
         "%s: network access is off: the sandbox has no network policy (the host "
-        "grants one with SandboxConfig.Network, the command line with --allow-host)" % what)
+        "grants one with sandbox.Config.Network, the command line with --allow-host)" % what)
 
 def patch_socket(m):
     m.gethostname = lambda: HOST

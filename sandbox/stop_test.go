@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -42,9 +43,10 @@ func TestResultStopOneShot(t *testing.T) {
 		{"output", false, "while True: print('spam')", &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{MaxOutput: 1000}}, sandbox.StopOutput, sandbox.ErrOutputLimit, -1},
 		// The CLI's status and words for a deadline, from the guest.
 		{"fake deadline", false, fakeDeadline, nil, sandbox.StopExit, &sandbox.ExitError{Code: 124}, 124},
-		// wazero's exit codes for a closed context, through proc_exit.
-		{"fake wazero deadline", false, "import os\nos._exit(-268435457)", nil, sandbox.StopExit, &sandbox.ExitError{Code: 0xefffffff}, 0xefffffff},
-		{"fake wazero cancel", false, "import os\nos._exit(-1)", nil, sandbox.StopExit, &sandbox.ExitError{Code: 0xffffffff}, 0xffffffff},
+		// wazero's exit codes for a closed context, through proc_exit:
+		// their low 8 bits, as a POSIX parent sees them.
+		{"fake wazero deadline", false, "import os\nos._exit(-268435457)", nil, sandbox.StopExit, &sandbox.ExitError{Code: 255}, 255},
+		{"fake wazero cancel", false, "import os\nos._exit(-1)", nil, sandbox.StopExit, &sandbox.ExitError{Code: 255}, 255},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -106,7 +108,7 @@ func TestResultStopSession(t *testing.T) {
 		{"exception", "1/0", nil, sandbox.StopExit, 1},
 		{"sys.exit", "import sys\nsys.exit(5)", nil, sandbox.StopExit, 5},
 		{"fake deadline", fakeDeadline, nil, sandbox.StopExit, 124},
-		{"fake wazero cancel", "import os\nos._exit(-1)", nil, sandbox.StopExit, 0xffffffff},
+		{"fake wazero cancel", "import os\nos._exit(-1)", nil, sandbox.StopExit, 255},
 		{"fuel", "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 50_000_000}}, sandbox.StopFuel, -1},
 		{"deadline", "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 200 * time.Millisecond}}, sandbox.StopDeadline, -1},
 		{"output", "while True: print('spam')", &sandbox.RunOptions{StopAtOutputLimit: true, Limits: sandbox.Limits{MaxOutput: 1000}}, sandbox.StopOutput, -1},
@@ -151,4 +153,64 @@ func TestStopReasonNames(t *testing.T) {
 	b, err := json.Marshal(struct{ Stop sandbox.StopReason }{sandbox.StopFuel})
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"Stop":"fuel"}`, string(b))
+}
+
+// exitStatuses are SystemExit codes outside 0-255 and the status python
+// exits with for each on POSIX (`python3 -c 'import sys; sys.exit(N)';
+// echo $?`): the low 8 bits of C's int of the code, -1 (255) for a code
+// past a long long.
+var exitStatuses = []struct {
+	code   string
+	status int
+}{
+	{"2**70", 255},
+	{"-1", 255},
+	{"-2**70", 255},
+	{"256", 0},
+	{"1000", 232},
+	{"10**5000", 255}, // past the 4,300 digits str() gives an int
+}
+
+// TestExitStatusAsPOSIX: a SystemExit code outside 0-255 gives the status
+// python gives natively, as an *ExitError (none for 0) with StopExit, in
+// one-shot runs and sessions: never a trap (sys.exit(2**70) made the
+// outcome undecodable) nor -1, the status of a run stopped before it
+// exited (sys.exit(-1) gave it).
+func TestExitStatusAsPOSIX(t *testing.T) {
+	oneShotAndSession(t, func(t *testing.T, run func(code string) (*sandbox.Result, error)) {
+		for _, tc := range exitStatuses {
+			what := "sys.exit(" + tc.code + ")"
+			res, err := run("import sys\nsys.exit(" + tc.code + ")")
+			require.NotNil(t, res, "%s: %v", what, err)
+			assert.Equal(t, sandbox.StopExit, res.Stop, "%s: %v", what, err)
+			assert.Equal(t, tc.status, res.ExitCode, what)
+			var trap *sandbox.TrapError
+			assert.False(t, errors.As(err, &trap), "%s: %v", what, err)
+			if tc.status == 0 {
+				assert.NoError(t, err, what)
+				continue
+			}
+			var exit *sandbox.ExitError
+			if assert.ErrorAs(t, err, &exit, what) {
+				assert.Equal(t, tc.status, exit.Code, what)
+			}
+		}
+	})
+}
+
+// oneShotAndSession runs check twice, as subtests: with one-shot runs of
+// the tests' Python guest, then with runs of one session, which must go on
+// from its state before them afterwards.
+func oneShotAndSession(t *testing.T, check func(t *testing.T, run func(code string) (*sandbox.Result, error))) {
+	ctx := context.Background()
+	t.Run("one-shot", func(t *testing.T) {
+		py := sandboxtest.Python(t)
+		check(t, func(code string) (*sandbox.Result, error) { return py.Run(ctx, code, nil) })
+	})
+	t.Run("session", func(t *testing.T) {
+		s := newSession(t, nil)
+		run(t, s, "x = 41")
+		check(t, func(code string) (*sandbox.Result, error) { return s.Run(ctx, code, nil) })
+		assert.Equal(t, "42", run(t, s, "x + 1").Value, "the session goes on")
+	})
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command cpuexp times the CPU set (bench/cpuset) on several builds of the
 // Python guest and wazero settings, alternating between them, and prints
 // the medians and their ratios to the first variant. It is how the

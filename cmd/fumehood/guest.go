@@ -23,14 +23,14 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
 	tarball := fs.String("from", "", "install from this package tarball instead of downloading it")
 	session := fs.Bool("session", false, "install, build: the session build (pausable, for sessions); needs Binaryen's wasm-opt")
-	built := fs.Bool("built", false, "info: the CPython "+cpython.PythonVersion+" guest built by `guest build`")
+	built := fs.Bool("built", false, "info: the CPython "+cpython.PythonVersion+" guest built by \"guest build\"")
 	npmOnly := fs.Bool("npm", false, "info: the npm guest (CPython "+npm.Version+")")
 	force := fs.Bool("force", false, "build: build again even when the built guest is in the cache")
 	with := fs.String("with", "", "build, info --built: the variant with these optional parts, comma-separated ("+cpython.Numpy+")")
 	numpySource := fs.String("numpy-source", "", "build --with numpy: numpy's source tarball (pinned by SHA-256; see DESIGN)")
 	cythonSource := fs.String("cython-source", "", "build --with numpy: Cython's source tarball (pinned by SHA-256)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return &usageError{err.Error()}
+	if help, err := parse(fs, args[1:]); help || err != nil {
+		return err
 	}
 	opts := &npm.Options{CacheDir: *cacheDir, Tarball: *tarball}
 	switch args[0] {

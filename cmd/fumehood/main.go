@@ -19,7 +19,8 @@
 //	fumehood guest export FILE               write the built guest to one file
 //	fumehood guest import FILE               verify and install a file guest export wrote
 //
-// Exit status: the guest's own exit status when it exits; when a limit
+// Exit status: the guest's own exit status when it exits (0-255, as
+// python's own: sys.exit(-1) and sys.exit(2**70) exit with 255); when a limit
 // stopped the run, a status of its own (stderr names the limit in words):
 //
 //	119  the guest ran out of stack (recursion too deep for it)
@@ -40,6 +41,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 )
 
 // Exit statuses fumehood uses for its own reasons.
@@ -58,8 +60,14 @@ const (
 const stackWords = "the guest ran out of stack (recursion too deep for its C stack)"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	ctx := context.Background()
+	if len(os.Args) < 2 || os.Args[1] != "repl" {
+		// An interrupt stops the command's run. The REPL takes its own,
+		// which stop the running code only (replInterrupts).
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt)
+		defer stop()
+	}
 	if len(os.Args) > 1 && shortLived[os.Args[1]] {
 		hugeHeap()
 	}
@@ -102,9 +110,19 @@ func (e *usageError) Error() string { return e.msg }
 
 // parse parses a command's flags. It reports help when -h or -help asked
 // for the usage, which fs has printed; any other bad flag is a usageError.
+//
+// The flag package's own report of a bad flag (the error, then every
+// flag's help) is not printed: run prints the error once and where the
+// help is.
 func parse(fs *flag.FlagSet, args []string) (help bool, err error) {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	err = fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
 		return true, nil
 	}
 	if err != nil {
@@ -142,7 +160,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "fumehood: %v\n\n%s", err, usage)
+		// The mistake once, and where the help is: not pages of it.
+		switch args[0] {
+		case "run", "repl", "exec", "mcp":
+			fmt.Fprintf(stderr, "fumehood: %v\nRun 'fumehood %s -h' for its flags.\n", err, args[0])
+		case "guest":
+			fmt.Fprintf(stderr, "fumehood: %v\nRun 'fumehood help' for the guest commands, 'fumehood guest %s -h' for flags.\n", err,
+				guestSub(args[1:]))
+		default:
+			fmt.Fprintf(stderr, "fumehood: %v\n\n%s", err, usage)
+		}
 		return exitUsage
 	}
 	fmt.Fprintf(stderr, "fumehood: %v\n", err)
@@ -150,4 +177,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code = exitFailure
 	}
 	return code
+}
+
+// guestSub is the guest subcommand named in args, or "build".
+func guestSub(args []string) string {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0]
+	}
+	return "build"
 }

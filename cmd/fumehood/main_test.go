@@ -112,10 +112,30 @@ func TestUsageErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			code, _, errs := fumehood(t, "", args...)
 			assert.Equal(t, exitUsage, code)
-			assert.Contains(t, errs, "Usage")
+			assert.True(t, strings.Contains(errs, "Usage") || strings.Contains(errs, "-h' for"), errs)
 		})
 	}
-	code, _, errs := fumehood(t, "", "run", "does-not-exist.py")
+	// A bad flag value: the error once, where the help is, not pages of it.
+	for _, args := range [][]string{
+		{"run", "--mount", "/nonexist:/x:zz", "-c", "1"},
+		{"mcp", "--mount", "/nonexist:/x:zz"},
+		{"run", "--no-such-flag", "-c", "1"},
+		{"guest", "build", "--no-such-flag"},
+	} {
+		code, _, errs := fumehood(t, "", args...)
+		assert.Equal(t, exitUsage, code, args)
+		assert.Equal(t, 1, strings.Count(errs, "fumehood: "), errs)
+		assert.LessOrEqual(t, strings.Count(errs, "\n"), 2, errs)
+		assert.NotContains(t, errs, "Usage", args)
+		if args[1] == "--mount" {
+			assert.Equal(t, 1, strings.Count(errs, "/nonexist:/x:zz"), errs)
+		}
+	}
+	// Help still prints the flags; a flag's value is named, not a command.
+	code, _, errs := fumehood(t, "", "run", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, errs, "-with PARTS\n")
+	code, _, errs = fumehood(t, "", "run", "does-not-exist.py")
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, errs, "does-not-exist.py")
 }
@@ -429,4 +449,15 @@ func TestRunWithNumpy(t *testing.T) {
 	code, out, errs = fumehood(t, "", "run", "--with", "numpy", "--resume", snap, "-c", "print(int(a.sum()), a.shape)")
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, "20 (5,)\n", out)
+}
+
+// TestRunPassesAllOutput: the CLI passes a 2 MB print on whole, as python
+// does, instead of stopping at the sandbox's 1 MiB; --max-output still
+// stops a run that writes more.
+func TestRunPassesAllOutput(t *testing.T) {
+	code, out, errs := fumehood(t, "", "run", "-c", "print('x' * 2_000_000); print('end')")
+	assert.Equal(t, 0, code, errs)
+	assert.Equal(t, strings.Repeat("x", 2_000_000)+"\nend\n", out)
+	code, _, errs = fumehood(t, "", "run", "--max-output", "1MiB", "-c", "print('x' * 2_000_000)")
+	assert.Equal(t, exitOutput, code, errs)
 }

@@ -9,9 +9,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/mcpserver"
@@ -28,9 +25,9 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\n"+
 			"A call may lower --timeout and --fuel, never raise them. --max-sessions, --max-runs\n"+
 			"and --memory-budget bound all clients together; over HTTP each client sees only\n"+
-			"its own sessions and snapshots. --mount and --volume directories are in every\n"+
-			"sandbox and session, shared by all of them (a read-write one within its quota,\n"+
-			"counted per sandbox).\n\nFlags:\n")
+			"its own sessions and snapshots, and --max-clients bounds the clients held. --mount\n"+
+			"and --volume directories are in every sandbox and session, shared by all of them\n"+
+			"(a read-write one within its quota, counted per sandbox).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run (a call may ask for less)")
@@ -40,8 +37,9 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
 	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, over all clients, at most")
 	maxRuns := fs.Int("max-runs", 0, "runs executing at once, over all clients; a call past it waits (default GOMAXPROCS, at least 2)")
-	budget := fs.String("memory-budget", "", "guest memory of the whole server: each open session and each run_python in progress holds --memory of it (default --max-sessions × --memory)")
-	idle := fs.Duration("idle-timeout", 30*time.Minute, "with --http, end a client's MCP session, and close its sessions, after this long without a request; 0 never")
+	budget := fs.String("memory-budget", "", "host memory of the server's guests: each open session and each run_python in progress holds twice --memory and twice the 128 MiB root quota of it (default (--max-sessions + --max-runs) times that)")
+	idle := fs.Duration("idle-timeout", mcpserver.DefaultIdleTimeout, "with --http, end a client's MCP session, and close its sessions, after this long without a request; 0 never")
+	maxClients := fs.Int("max-clients", mcpserver.DefaultMaxClients, "with --http, MCP sessions (clients) held at once; past it a new client ends the least recently used idle one, and is refused if none is idle")
 	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
 	offline := fs.Bool("offline", false, "never download the guest; fail if it is not installed")
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+npm.CacheDirEnv+" or the user cache directory)")
@@ -57,12 +55,15 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return &usageError{"mcp takes no arguments"}
 	}
 	opts := &mcpserver.Options{Limits: sandbox.Limits{Timeout: *timeout, Fuel: *fuel}, Network: network.policy(), Mounts: mounts,
-		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions, MaxRuns: *maxRuns}
+		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions, MaxRuns: *maxRuns, MaxClients: *maxClients, IdleTimeout: *idle}
 	if *timeout == 0 {
 		opts.Limits.Timeout = -1
 	}
-	if *fuel < 0 || *maxSessions <= 0 || *maxRuns < 0 || *idle < 0 {
-		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions must be positive"}
+	if *idle == 0 {
+		opts.IdleTimeout = -1
+	}
+	if *fuel < 0 || *maxSessions <= 0 || *maxRuns < 0 || *idle < 0 || *maxClients <= 0 {
+		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions and --max-clients must be positive"}
 	}
 	if *memory != "" {
 		n, err := parseSize(*memory)
@@ -112,11 +113,10 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	fmt.Fprintf(stderr, "fumehood: MCP over streamable HTTP at http://%s/\n", ln.Addr())
 	// Each client has its own MCP session (Mcp-Session-Id), which owns its
-	// sessions and snapshots; when it ends (DELETE, or idle past
-	// --idle-timeout) its sessions are closed.
-	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() },
-		&mcp.StreamableHTTPOptions{SessionTimeout: *idle})
-	hs := &http.Server{Handler: handler}
+	// sessions and snapshots; when it ends (DELETE, idle past
+	// --idle-timeout, or evicted past --max-clients) its sessions are
+	// closed.
+	hs := &http.Server{Handler: srv.HTTPHandler()}
 	go func() {
 		<-ctx.Done()
 		hs.Close()

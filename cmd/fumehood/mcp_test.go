@@ -250,6 +250,7 @@ func TestMCPFlags(t *testing.T) {
 		{"--memory-budget", "0"},
 		{"--max-runs", "-1"},
 		{"--idle-timeout", "-1s"},
+		{"--max-clients", "0"},
 		{"--mount", dir + ":/m:RO"},
 		{"--mount", dir + ":/m:readonly"},
 		{"--mount", dir + ":relative"},

@@ -29,6 +29,17 @@ func TestRunAllowHost(t *testing.T) {
 	assert.Equal(t, 1, status)
 	assert.Contains(t, errs, "refused by allow-list")
 
+	// A refused request the code catches leaves nothing on stderr: no
+	// "Exception ignored" from a half-made response at exit.
+	for _, scheme := range []string{"http", "https"} {
+		caught := fmt.Sprintf("import urllib.request\ntry:\n    urllib.request.urlopen(%q)\nexcept Exception as e:\n    print(type(e).__name__)",
+			scheme+"://example.com/")
+		status, out, errs = fumehood(t, "", "run", "--allow-host", "example.org", "-c", caught)
+		assert.Equal(t, 0, status, errs)
+		assert.Equal(t, "PolicyError\n", out)
+		assert.Empty(t, errs, scheme)
+	}
+
 	status, _, errs = fumehood(t, "", "run", "--allow-host", "http://x", "-c", "pass")
 	assert.Equal(t, 2, status, errs)
 }

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
 
 	"github.com/fumehood/fumehood/sandbox"
@@ -41,21 +42,36 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return 0, err
 	}
-	py, err := c.compile(ctx, true, stderr)
+	// Interrupts are the REPL's from the start: one during start-up stops
+	// it, one during a run stops that run.
+	interrupts, stopInterrupts := replInterrupts()
+	defer stopInterrupts()
+	startCtx, started := interruptible(ctx, interrupts)
+	py, err := c.compile(startCtx, true, stderr)
 	if err != nil {
+		started()
 		return 0, err
 	}
 	defer py.Close()
-	s, err := c.openSession(ctx, py, lim)
+	s, err := c.openSession(startCtx, py, lim)
+	started()
 	if err != nil {
 		return 0, err
 	}
 	defer s.Close()
 
-	in := bufio.NewReader(stdin)
+	in := replLineReader(stdin, stderr)
+	defer in.Close()
 	fmt.Fprintf(stderr, "fumehood %s: CPython in a sandbox; :help for help\n", py.ID()[:12])
 	for {
-		src, eof := readInput(in, stderr)
+		src, err := readInput(in)
+		if errors.Is(err, errInterrupted) {
+			continue // Ctrl-C at the prompt drops the input, as Python's REPL does
+		}
+		eof := err != nil
+		if eof && !errors.Is(err, io.EOF) {
+			return exitFailure, fmt.Errorf("reading input: %w", err)
+		}
 		trimmed := strings.TrimSpace(src)
 		switch {
 		case trimmed == "" && eof:
@@ -64,6 +80,7 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 					return exitFailure, fmt.Errorf("saving the session: %w", err)
 				}
 			}
+			fmt.Fprintln(stderr)
 			return 0, nil
 		case trimmed == "":
 			continue
@@ -86,7 +103,9 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			fmt.Fprintf(stderr, "unknown command %s; :help lists them\n", trimmed)
 			continue
 		}
-		res, err := s.Run(ctx, src, cfg)
+		res, err := runInterruptible(ctx, interrupts, func(ctx context.Context) (*sandbox.Result, error) {
+			return s.Run(ctx, src, cfg)
+		})
 		if res != nil && res.HasValue {
 			fmt.Fprintln(stdout, res.Value)
 		}
@@ -113,23 +132,71 @@ func cmdRepl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 }
 
 // readInput reads one input: a line, or, when the line opens a block or
-// leaves brackets open, lines until an empty one.
-func readInput(in *bufio.Reader, prompt io.Writer) (src string, eof bool) {
-	fmt.Fprint(prompt, ">>> ")
+// leaves brackets open, lines until an empty one. At the end of the input
+// it returns what it read with io.EOF.
+func readInput(in lineReader) (string, error) {
 	var b strings.Builder
+	prompt := ">>> "
 	for {
-		line, err := in.ReadString('\n')
-		b.WriteString(line)
-		if err != nil {
-			if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
-				b.WriteByte('\n')
-			}
-			return b.String(), true
+		line, err := in.ReadLine(prompt)
+		if errors.Is(err, errInterrupted) {
+			return "", err
 		}
-		if !continues(b.String(), line) {
-			return b.String(), false
+		if line != "" || err == nil {
+			b.WriteString(line)
+			b.WriteByte('\n')
 		}
-		fmt.Fprint(prompt, "... ")
+		if err != nil || !continues(b.String(), line) {
+			return b.String(), err
+		}
+		prompt = "... "
+	}
+}
+
+// replLineReader makes the REPL's line reader; tests replace it.
+var replLineReader = newLineReader
+
+// replInterrupts delivers the process's interrupts (SIGINT) to the REPL,
+// which stops the running code only, instead of ending the process; the
+// function returned stops the delivery. Tests replace it.
+var replInterrupts = defaultReplInterrupts
+
+func defaultReplInterrupts() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt)
+	return ch, func() { signal.Stop(ch) }
+}
+
+// runInterruptible runs f with a context that an interrupt cancels: the
+// run it makes is stopped, the session stays as it was before, and the
+// next input runs as usual. An interrupt from before the run is dropped.
+func runInterruptible(ctx context.Context, interrupts <-chan os.Signal, f func(context.Context) (*sandbox.Result, error)) (*sandbox.Result, error) {
+	for len(interrupts) > 0 {
+		<-interrupts
+	}
+	ctx, done := interruptible(ctx, interrupts)
+	defer done()
+	return f(ctx)
+}
+
+// interruptible returns a context that the next interrupt cancels, until
+// done is called.
+func interruptible(ctx context.Context, interrupts <-chan os.Signal) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-interrupts:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return ctx, func() {
+		close(stop)
+		<-finished
+		cancel()
 	}
 }
 

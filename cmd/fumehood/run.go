@@ -61,7 +61,7 @@ func (m *mountFlags) add(volume bool) func(string) error {
 				readOnly = true
 			case mode == "rw":
 			default:
-				return fmt.Errorf("unknown mount mode %q in %q: want HOSTDIR:/GUEST/DIR, optionally followed by :ro or :rw (a guest path cannot hold a colon)", mode, v)
+				return fmt.Errorf("unknown mount mode %q: want HOSTDIR:/GUEST/DIR, optionally followed by :ro or :rw (a guest path cannot hold a colon)", mode)
 			}
 		}
 		if strings.Contains(guest, ":") {
@@ -131,7 +131,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.with = withFlag(fs)
 	c.fuel = fs.Int64("fuel", 0, "fuel budget of a run (WebAssembly instructions); 0 means the default")
 	c.memory = fs.String("memory", "", "memory limit, such as 64MiB (default 256MiB)")
-	c.maxOutput = fs.String("max-output", "", "bytes kept of each of stdout and stderr, such as 1MiB (default 1MiB); past it the run stops")
+	c.maxOutput = fs.String("max-output", "", "stop the run when it writes more than this to stdout or stderr, such as 1MiB (default: no limit; all output is passed on)")
 	c.deterministic = fs.Bool("deterministic", false, "fixed clocks, seeded randomness and hash seed: the same output and fuel on every run")
 	c.seed = fs.Uint64("seed", 0, "random seed in --deterministic mode")
 	c.resume = fs.String("resume", "", "continue the session saved in this snapshot file")
@@ -153,7 +153,10 @@ func (c *common) register(fs *flag.FlagSet) {
 // config returns the options of one run and the limits of the sandbox or
 // session it runs in.
 func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.Limits, error) {
-	cfg := &sandbox.RunOptions{Stdout: stdout, Stderr: stderr, StopAtOutputLimit: true}
+	// Output is passed on as it is written, all of it, as python does;
+	// --max-output stops a run that writes more (the sandbox keeps at
+	// most its MaxOutput of each stream for the Result in any case).
+	cfg := &sandbox.RunOptions{Stdout: stdout, Stderr: stderr, StopAtOutputLimit: *c.maxOutput != ""}
 	lim := sandbox.Limits{Timeout: *c.timeout, Fuel: *c.fuel}
 	if *c.timeout == 0 {
 		lim.Timeout = -1 // --timeout 0: no limit
@@ -180,8 +183,8 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.
 
 // withFlag adds the --with flag, which run, repl and mcp share.
 func withFlag(fs *flag.FlagSet) *string {
-	return fs.String("with", "", "the built guest's variant with these optional parts, comma-separated: numpy (build it first: `"+
-		cpython.BuildCommand+" --with numpy`)")
+	return fs.String("with", "", "the built guest's variant with these optional `PARTS`, comma-separated: numpy (build it first: \""+
+		cpython.BuildCommand+" --with numpy\")")
 }
 
 // compile compiles the Python guest (its session build if sessions is

@@ -1,12 +1,15 @@
 // Package snapshot encodes and decodes the bytes of a paused session.
 //
 // A snapshot is untrusted input: it may be truncated, corrupted or crafted.
-// Decode checks the magic, the format version, the header's length and a
-// SHA-256 checksum over the whole encoding before it parses anything, and
-// bounds every length and count, by the Limits it is given (memory, files,
-// total size) or by fixed bounds (the header: MaxHeader, MaxArgs, …), before
-// it allocates: no input makes it allocate more than those allow, or panic.
-// The checksum guards against damage only: anyone can compute it.
+// Decode and Stream check the magic, the format version and the header's
+// length before they parse anything, report a snapshot whose SHA-256
+// checksum over the whole encoding does not match as corrupt whatever
+// else is wrong with it, and bound every length and count, by the Limits
+// they are given (memory, files, total size) or by fixed bounds (the
+// header: MaxHeader, MaxArgs, …), before they allocate: no input makes
+// them allocate more than those allow, or panic. Stream decodes as the
+// bytes arrive, so a restore never holds the encoded body. The checksum
+// guards against damage only: anyone can compute it.
 //
 // The encoding:
 //
@@ -28,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
@@ -221,15 +225,16 @@ func Encode(w io.Writer, s *Snapshot) error {
 	if len(header) > MaxHeader || countValues(header) > MaxHeaderValues {
 		return fmt.Errorf("snapshot: %w: a header of %d bytes (at most %d) or more than %d values", ErrLimit, len(header), MaxHeader, MaxHeaderValues)
 	}
-	var body bytes.Buffer
-	enc, err := zstd.NewWriter(&body, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
+	// The body's length comes before it and the checksum covers both, so
+	// the body is compressed twice, first only to count its bytes: it is
+	// never held (a full session's is hundreds of MB). s must not change
+	// meanwhile; the checksum is of the bytes written.
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
 	if err != nil {
 		return err
 	}
-	if err := encodeBody(enc, s); err != nil {
-		return err
-	}
-	if err := enc.Close(); err != nil {
+	var count countingWriter
+	if err := compressBody(enc, &count, s); err != nil {
 		return err
 	}
 	h := sha256.New()
@@ -252,15 +257,46 @@ func Encode(w io.Writer, s *Snapshot) error {
 	if _, err := out.Write(header); err != nil {
 		return err
 	}
-	binary.LittleEndian.PutUint64(buf[:], uint64(body.Len()))
+	binary.LittleEndian.PutUint64(buf[:], uint64(count.n))
 	if _, err := out.Write(buf[:]); err != nil {
 		return err
 	}
-	if _, err := out.Write(body.Bytes()); err != nil {
+	body := countingWriter{w: out}
+	if err := compressBody(enc, &body, s); err != nil {
 		return err
+	}
+	if body.n != count.n {
+		return fmt.Errorf("snapshot: the body changed while it was encoded (%d bytes, then %d)", count.n, body.n)
 	}
 	_, err = w.Write(h.Sum(nil))
 	return err
+}
+
+// compressBody writes the body, compressed with enc, to w: the same
+// bytes every time for the same snapshot.
+func compressBody(enc *zstd.Encoder, w io.Writer, s *Snapshot) error {
+	enc.Reset(w)
+	if err := encodeBody(enc, s); err != nil {
+		enc.Close()
+		return err
+	}
+	return enc.Close()
+}
+
+// countingWriter counts the bytes written to w (none: only counts).
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	var err error
+	if c.w != nil {
+		n, err = c.w.Write(p)
+	}
+	c.n += int64(n)
+	return n, err
 }
 
 // encodeBody writes the pages and the files:
@@ -314,18 +350,55 @@ func (b *binWriter) u64(v uint64) {
 	b.bytes(b.buf[:])
 }
 
-// Decode reads and checks a snapshot. Every error matches ErrFormat,
-// ErrVersion, ErrCorrupt or ErrLimit.
+// Decode reads and checks a snapshot, and returns it whole. Every error
+// matches ErrFormat, ErrVersion, ErrCorrupt or ErrLimit. It reads r as
+// Stream does; what it allocates is bounded by lim (the memory pages and
+// the files it allows) plus a fixed amount for the header and the
+// decompression.
+func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
+	c := &collector{}
+	if err := Stream(r, lim, c); err != nil {
+		return nil, err
+	}
+	return &c.s, nil
+}
+
+// Target receives the parts of a snapshot as Stream decodes them.
+type Target interface {
+	// Header is called with the header, checked (against the Limits
+	// too), before the body is read.
+	Header(h *Header) error
+	// Page is called with each page, in increasing index order, each
+	// index below the header's MemorySize / PageSize. data is PageSize
+	// bytes, which the decoder reuses after the call.
+	Page(index uint32, data []byte) error
+	// File is called with each file and directory, parents first, with
+	// f.Data nil: a file's content, size bytes, is read from data (what
+	// the target leaves unread is skipped). size is within the Limits;
+	// a crafted snapshot may hold fewer bytes, which fails data's Read.
+	File(f File, data io.Reader, size int64) error
+}
+
+// Stream reads and checks a snapshot, handing its parts to t as they are
+// decoded: it never holds the encoded body, nor more of the decoded one
+// than a page or a file (plus the decompressor's window, at most 4 MiB).
+// Every error matches ErrFormat, ErrVersion, ErrCorrupt or ErrLimit, or
+// is one t returned.
 //
 // It reads r as a stream and never more than lim.MaxSize bytes (and one
 // more, to tell a snapshot that is too large). It checks the magic, the
-// version and the header's length (at most MaxHeader) first, then reads the
-// rest, growing its buffer only as bytes arrive, then checks the checksum,
-// and only then parses the header, after counting its values (at most
-// MaxHeaderValues). What it allocates is bounded by lim (the body, the
-// memory pages and the files it allows) plus a fixed amount for the header.
-func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
+// version and the header's length (at most MaxHeader) first; then it
+// counts the header's values (at most MaxHeaderValues) and parses it,
+// and decodes the body as it arrives, hashing every byte. A snapshot
+// whose checksum does not match is ErrCorrupt, whatever else is wrong
+// with it: when the header, the body or t fails, Stream reads the rest of
+// the snapshot (without keeping it) and returns that error only if the
+// checksum matches. So t may have been handed parts of a snapshot Stream
+// then refuses: it must not act on them before Stream returns nil.
+func Stream(r io.Reader, lim Limits, t Target) error {
 	br := &boundedReader{r: r, left: lim.MaxSize}
+	sum := sha256.New()
+	hr := io.TeeReader(br, sum) // every byte before the checksum is hashed
 	readErr := func(what string, err error) error {
 		if errors.Is(err, errTooLarge) {
 			return fmt.Errorf("%w: larger than %d bytes", ErrLimit, lim.MaxSize)
@@ -336,99 +409,194 @@ func Decode(r io.Reader, lim Limits) (*Snapshot, error) {
 		return fmt.Errorf("%w: reading the %s: %w", ErrCorrupt, what, err)
 	}
 	var prefix [prefixLen]byte
-	n, err := io.ReadFull(br, prefix[:])
+	n, err := io.ReadFull(hr, prefix[:])
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil, readErr("prefix", err)
+		return readErr("prefix", err)
 	}
 	got := prefix[:n]
 	if len(got) < len(magic) || !bytes.Equal(got[:len(magic)], magic) {
 		if len(got) < len(magic) && bytes.HasPrefix(magic, got) {
-			return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(got))
+			return fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, len(got))
 		}
-		return nil, ErrFormat
+		return ErrFormat
 	}
 	if n < prefixLen {
-		return nil, fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, n)
+		return fmt.Errorf("%w: truncated to %d bytes", ErrCorrupt, n)
 	}
 	version := binary.LittleEndian.Uint32(prefix[12:])
 	if version < MinVersion || version > Version {
-		return nil, fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, version, MinVersion, Version)
+		return fmt.Errorf("%w: %d (this build reads %d to %d)", ErrVersion, version, MinVersion, Version)
 	}
 	hlen := binary.LittleEndian.Uint32(prefix[16:])
 	if hlen > MaxHeader {
-		return nil, fmt.Errorf("%w: a header of %d bytes, at most %d allowed", ErrCorrupt, hlen, MaxHeader)
+		return fmt.Errorf("%w: a header of %d bytes, at most %d allowed", ErrCorrupt, hlen, MaxHeader)
 	}
 	header := make([]byte, hlen)
-	if _, err := io.ReadFull(br, header); err != nil {
-		return nil, readErr("header", err)
+	if _, err := io.ReadFull(hr, header); err != nil {
+		return readErr("header", err)
 	}
 	var blenBuf [8]byte
-	if _, err := io.ReadFull(br, blenBuf[:]); err != nil {
-		return nil, readErr("body length", err)
+	if _, err := io.ReadFull(hr, blenBuf[:]); err != nil {
+		return readErr("body length", err)
 	}
 	blen := binary.LittleEndian.Uint64(blenBuf[:])
 	if blen > uint64(max(br.left-checksumLen, 0)) {
 		// Too long for MaxSize: tell a snapshot that is really that long
 		// from a damaged length, without keeping what is read.
 		if _, err := io.Copy(io.Discard, io.LimitReader(br, int64(min(blen, 1<<62))+checksumLen)); err != nil {
-			return nil, readErr("body", err)
+			return readErr("body", err)
 		}
-		return nil, fmt.Errorf("%w: body length %d past the end", ErrCorrupt, blen)
+		return fmt.Errorf("%w: body length %d past the end", ErrCorrupt, blen)
 	}
-	var body bytes.Buffer
-	body.Grow(int(min(blen, 1<<20)))
-	if _, err := body.ReadFrom(io.LimitReader(br, int64(blen))); err != nil {
-		return nil, readErr("body", err)
+	body := &io.LimitedReader{R: hr, N: int64(blen)}
+
+	// What is wrong, if anything, once the checksum matches.
+	var h Header
+	failed := decodeHeader(header, &h)
+	header = nil
+	if failed == nil {
+		failed = checkHeader(&h, version, lim)
 	}
-	if uint64(body.Len()) != blen {
-		return nil, fmt.Errorf("%w: truncated in the body (%d of %d bytes)", ErrCorrupt, body.Len(), blen)
+	if failed == nil && version < 2 && len(h.Descriptors) > 0 {
+		failed = fmt.Errorf("%w: descriptors in a version %d snapshot", ErrCorrupt, version)
 	}
-	var sum [checksumLen]byte
-	if _, err := io.ReadFull(br, sum[:]); err != nil {
-		return nil, readErr("checksum", err)
+	if failed == nil {
+		failed = t.Header(&h)
+	}
+	if failed == nil {
+		failed = streamBody(body, &h, lim, t)
+	}
+	// The rest of the body, which the decoder did not need: hashed, not
+	// kept.
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		return readErr("body", err)
+	}
+	if body.N > 0 {
+		return fmt.Errorf("%w: truncated in the body (%d of %d bytes)", ErrCorrupt, blen-uint64(body.N), blen)
+	}
+	var want [checksumLen]byte
+	if _, err := io.ReadFull(br, want[:]); err != nil {
+		return readErr("checksum", err)
 	}
 	var one [1]byte
 	if n, err := io.ReadFull(br, one[:]); n > 0 {
-		return nil, fmt.Errorf("%w: data after the checksum", ErrCorrupt)
+		return fmt.Errorf("%w: data after the checksum", ErrCorrupt)
 	} else if !errors.Is(err, io.EOF) {
-		return nil, readErr("end", err)
+		return readErr("end", err)
 	}
-	h := sha256.New()
-	h.Write(prefix[:])
-	h.Write(header)
-	h.Write(blenBuf[:])
-	h.Write(body.Bytes())
-	if !bytes.Equal(h.Sum(nil), sum[:]) {
-		return nil, fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCorrupt)
+	if !bytes.Equal(sum.Sum(nil), want[:]) {
+		return fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCorrupt)
 	}
-	s := &Snapshot{}
-	if err := decodeHeader(header, &s.Header); err != nil {
-		return nil, err
-	}
-	if err := checkHeader(&s.Header, version, lim); err != nil {
-		return nil, err
-	}
-	if version < 2 && len(s.Header.Descriptors) > 0 {
-		return nil, fmt.Errorf("%w: descriptors in a version %d snapshot", ErrCorrupt, version)
-	}
-	maxPages := s.Header.MemorySize / PageSize
+	return failed
+}
+
+// streamBody decompresses the body from r and hands its pages and files
+// to t.
+func streamBody(r io.Reader, h *Header, lim Limits, t Target) error {
+	maxPages := h.MemorySize / PageSize
 	// What the body may hold once decompressed: every page, every file.
 	maxBody := 8 + maxPages*(4+PageSize) + uint64(lim.MaxFileBytes) + uint64(lim.MaxFiles)*(4+1+4+8+4+4096+8)
-	zr, err := zstd.NewReader(bytes.NewReader(body.Bytes()), zstd.WithDecoderConcurrency(1),
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 		zstd.WithDecoderMaxMemory(maxBody+1), zstd.WithDecoderMaxWindow(maxWindow))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	defer zr.Close()
 	bin := &binReader{r: io.LimitReader(zr, int64(min(maxBody, 1<<62)))}
-	if err := decodeBody(bin, s, maxPages, lim); err != nil {
-		return nil, err
+	if err := decodeBody(bin, h, maxPages, lim, t); err != nil {
+		return err
 	}
 	// Nothing may follow the files.
+	var one [1]byte
 	if n, _ := io.ReadFull(bin.r, one[:]); n != 0 {
-		return nil, fmt.Errorf("%w: data after the last file", ErrCorrupt)
+		return fmt.Errorf("%w: data after the last file", ErrCorrupt)
 	}
-	return s, nil
+	return nil
+}
+
+// PageSlab copies pages into allocations of a MiB each (256 pages), not
+// one each: a Target's way of keeping what Page hands it.
+type PageSlab struct{ free []byte }
+
+// Copy returns a copy of the page data, PageSize bytes, whose capacity
+// ends with it.
+func (s *PageSlab) Copy(data []byte) []byte {
+	if len(s.free) == 0 {
+		s.free = make([]byte, 256*PageSize)
+	}
+	p := s.free[:PageSize:PageSize]
+	s.free = s.free[PageSize:]
+	copy(p, data)
+	return p
+}
+
+// collector is the Target of Decode: it keeps everything.
+type collector struct {
+	s    Snapshot
+	slab PageSlab
+}
+
+func (c *collector) Header(h *Header) error {
+	c.s.Header = *h
+	return nil
+}
+
+func (c *collector) Page(index uint32, data []byte) error {
+	c.s.Pages = append(c.s.Pages, Page{Index: index, Data: c.slab.Copy(data)})
+	return nil
+}
+
+func (c *collector) File(f File, data io.Reader, size int64) error {
+	if f.Kind == KindFile {
+		// Grown as data arrives, so a length field cannot make it
+		// allocate more than the body really holds.
+		p := make([]byte, 0, min(size, 1<<20))
+		for int64(len(p)) < size {
+			if len(p) == cap(p) {
+				p = slices.Grow(p, int(min(size, 2*int64(cap(p))))-len(p))
+			}
+			n, err := data.Read(p[len(p):cap(p)])
+			p = p[:len(p)+n]
+			if err != nil {
+				return err
+			}
+		}
+		f.Data = p
+	}
+	c.s.Files = append(c.s.Files, f)
+	return nil
+}
+
+// dataReader reads a file's content from the body: left bytes. A
+// failure (the body ends first) is the body's (b.err).
+type dataReader struct {
+	b    *binReader
+	left int64
+}
+
+func (d *dataReader) Read(p []byte) (int, error) {
+	if d.b.err != nil {
+		return 0, d.b.err
+	}
+	if d.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > d.left {
+		p = p[:d.left]
+	}
+	n, err := d.b.r.Read(p)
+	d.left -= int64(n)
+	switch {
+	case err == io.EOF && d.left > 0:
+		err = io.ErrUnexpectedEOF
+	case err == io.EOF:
+		err = nil
+	}
+	if err != nil {
+		d.b.err = fmt.Errorf("truncated: %w", err)
+		return n, d.b.err
+	}
+	return n, nil
 }
 
 // errTooLarge is what a boundedReader returns past its bound.
@@ -572,15 +740,13 @@ func checkHeader(h *Header, version uint32, lim Limits) error {
 	return nil
 }
 
-func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
+// decodeBody decodes the pages and the files, handing them to t.
+func decodeBody(br *binReader, h *Header, maxPages uint64, lim Limits, t Target) error {
 	n := br.u32()
 	if br.err == nil && uint64(n) > maxPages {
-		return fmt.Errorf("%w: %d pages for %d bytes of memory", ErrCorrupt, n, s.Header.MemorySize)
+		return fmt.Errorf("%w: %d pages for %d bytes of memory", ErrCorrupt, n, h.MemorySize)
 	}
-	if br.err == nil {
-		// Grown as pages arrive: the count alone allocates nothing.
-		s.Pages = make([]Page, 0, min(n, 1024))
-	}
+	page := make([]byte, PageSize)
 	next := uint64(0) // the smallest index the next page may have
 	for i := uint32(0); i < n && br.err == nil; i++ {
 		idx := br.u32()
@@ -588,7 +754,11 @@ func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
 			return fmt.Errorf("%w: page index %d out of order or outside memory", ErrCorrupt, idx)
 		}
 		next = uint64(idx) + 1
-		s.Pages = append(s.Pages, Page{Index: idx, Data: br.bytes(PageSize)})
+		if br.read(page); br.err == nil {
+			if err := t.Page(idx, page); err != nil {
+				return err
+			}
+		}
 	}
 	nf := br.u32()
 	if br.err == nil && int64(nf) > lim.MaxFiles {
@@ -615,7 +785,7 @@ func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
 			break
 		}
 		f.Kind = kind[0]
-		if f.Mount < 0 || f.Mount >= len(s.Header.Mounts) || !s.Header.Mounts[f.Mount].InMemory {
+		if f.Mount < 0 || f.Mount >= len(h.Mounts) || !h.Mounts[f.Mount].InMemory {
 			return fmt.Errorf("%w: file %q in mount %d, which is not an in-memory mount", ErrCorrupt, f.Path, f.Mount)
 		}
 		if !validPath(f.Path) {
@@ -640,11 +810,24 @@ func decodeBody(br *binReader, s *Snapshot, maxPages uint64, lim Limits) error {
 			if dlen > 1<<62 || total > lim.MaxFileBytes {
 				return fmt.Errorf("%w: files of more than %d bytes in all", ErrLimit, lim.MaxFileBytes)
 			}
-			f.Data = br.bytes(int(dlen))
 		default:
 			return fmt.Errorf("%w: file kind %d", ErrCorrupt, f.Kind)
 		}
-		s.Files = append(s.Files, f)
+		if br.err != nil {
+			break
+		}
+		data := &dataReader{b: br, left: int64(dlen)}
+		err := t.File(f, data, int64(dlen))
+		if br.err == nil && err == nil {
+			// What the target did not read.
+			_, err = io.Copy(io.Discard, data)
+		}
+		if br.err != nil {
+			break
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if br.err != nil {
 		return fmt.Errorf("%w: body: %w", ErrCorrupt, br.err)
@@ -681,6 +864,16 @@ func (b *binReader) bytes(n int) []byte {
 		}
 	}
 	return p
+}
+
+// read fills p, which is small.
+func (b *binReader) read(p []byte) {
+	if b.err != nil {
+		return
+	}
+	if _, err := io.ReadFull(b.r, p); err != nil {
+		b.err = fmt.Errorf("truncated: %w", err)
+	}
 }
 
 func (b *binReader) u32() uint32 {

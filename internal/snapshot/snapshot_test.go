@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"testing"
@@ -379,4 +380,59 @@ func TestDecodeBoundsDescriptors(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, s.Header.Descriptors, MaxDescriptors)
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8*MaxHeader), "decoding allocated too much")
+}
+
+// discard is a Target that keeps nothing.
+type discard struct{ pages, files int }
+
+func (d *discard) Header(*Header) error      { return nil }
+func (d *discard) Page(uint32, []byte) error { d.pages++; return nil }
+func (d *discard) File(_ File, data io.Reader, _ int64) error {
+	d.files++
+	_, err := io.Copy(io.Discard, data)
+	return err
+}
+
+// Stream holds neither the encoded body nor the decoded snapshot: what it
+// allocates for 24 MiB of pages and a 16 MiB file that do not compress is
+// a few MiB (the decompressor's window and buffers), whatever the size,
+// and Encode's about twice that (the compressor's).
+// Decode used to read the whole body into memory before decoding it, and
+// Encode to compress it into memory before writing it: neither does.
+func TestStreamHoldsNoCopy(t *testing.T) {
+	s := sample()
+	s.Header.MemorySize = 32 << 20
+	rnd := rand.New(rand.NewPCG(1, 2))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+		return b
+	}
+	s.Pages = nil
+	for i := range 24 << 20 / PageSize {
+		s.Pages = append(s.Pages, Page{Index: uint32(i), Data: random(PageSize)})
+	}
+	s.Files[len(s.Files)-1].Data = random(16 << 20)
+	var err error
+	n := allocated(func() { err = Encode(io.Discard, s) })
+	require.NoError(t, err)
+	t.Logf("%d bytes allocated to encode it", n)
+	assert.Less(t, n, uint64(16<<20), "the compressor's window and buffers, not the body")
+	data := encode(t, s)
+	lim := Limits{MaxSize: 64 << 20, MaxMemory: 32 << 20, MaxFileBytes: 32 << 20, MaxFiles: 100}
+	var d discard
+	n = allocated(func() { err = Stream(bytes.NewReader(data), lim, &d) })
+	require.NoError(t, err)
+	assert.Equal(t, len(s.Pages), d.pages)
+	assert.Equal(t, len(s.Files), d.files)
+	t.Logf("%d bytes allocated to stream a %d-byte snapshot", n, len(data))
+	assert.Less(t, n, uint64(8<<20))
+
+	// And a snapshot damaged past its header: refused as corrupt, though
+	// its parts were handed over.
+	data[len(data)-100] ^= 1
+	err = Stream(bytes.NewReader(data), lim, &discard{})
+	assert.ErrorIs(t, err, ErrCorrupt)
 }

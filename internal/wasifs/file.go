@@ -303,7 +303,7 @@ func (f *file) Write(buf []byte) (int, sys.Errno) {
 		}
 		off = size
 	}
-	n, errno := f.fs.writeAt(f.af, buf, off)
+	n, errno := f.fs.writeAt(f.af, f.n, buf, off)
 	f.off = off + int64(n)
 	return n, f.synced(errno)
 }
@@ -330,14 +330,14 @@ func (f *file) Pwrite(buf []byte, off int64) (int, sys.Errno) {
 	if len(buf) == 0 {
 		return 0, 0
 	}
-	n, errno := f.fs.writeAt(f.af, buf, off)
+	n, errno := f.fs.writeAt(f.af, f.n, buf, off)
 	return n, f.synced(errno)
 }
 
-// writeAt writes buf at off, first checking that the growth of the file fits
-// the quota: if it does not, nothing is written and the errno is ENOSPC. The
-// caller holds f.mu.
-func (f *FS) writeAt(af afero.File, buf []byte, off int64) (int, sys.Errno) {
+// writeAt writes buf at off in af, the file of node n, first checking that
+// the growth of the file fits the quota: if it does not, nothing is written
+// and the errno is ENOSPC. The caller holds f.mu.
+func (f *FS) writeAt(af afero.File, n *node, buf []byte, off int64) (int, sys.Errno) {
 	if off > math.MaxInt64-int64(len(buf)) {
 		return 0, sys.EINVAL
 	}
@@ -345,6 +345,8 @@ func (f *FS) writeAt(af afero.File, buf []byte, off int64) (int, sys.Errno) {
 		n, err := af.WriteAt(buf, off)
 		return n, toErrno(err)
 	}
+	f.lockVolume()
+	defer f.unlockVolume()
 	before, errno := fileSize(af)
 	if errno != 0 {
 		return 0, errno
@@ -354,11 +356,11 @@ func (f *FS) writeAt(af afero.File, buf []byte, off int64) (int, sys.Errno) {
 			return 0, errno
 		}
 	}
-	n, err := af.WriteAt(buf, off)
+	written, err := af.WriteAt(buf, off)
 	if after, errno := fileSize(af); errno == 0 {
-		f.charge(after-before, 0)
+		f.chargeFile(n, after-before)
 	}
-	return n, toErrno(err)
+	return written, toErrno(err)
 }
 
 // Truncate implements sys.File. Growing the file is checked against the
@@ -379,6 +381,8 @@ func (f *file) Truncate(size int64) sys.Errno {
 	if !f.fs.accounting {
 		return toErrno(f.af.Truncate(size))
 	}
+	f.fs.lockVolume()
+	defer f.fs.unlockVolume()
 	before, errno := fileSize(f.af)
 	if errno != 0 {
 		return errno
@@ -390,7 +394,7 @@ func (f *file) Truncate(size int64) sys.Errno {
 	}
 	errno = toErrno(f.af.Truncate(size))
 	if after, e := fileSize(f.af); e == 0 {
-		f.fs.charge(after-before, 0)
+		f.fs.chargeFile(f.n, after-before)
 	}
 	return errno
 }
@@ -445,9 +449,11 @@ func (f *file) Close() sys.Errno {
 	f.dropListing()
 	var errno sys.Errno
 	if f.af != nil {
-		if f.n.orphan && f.n.open == 1 {
+		if f.n.orphan && f.n.open == 1 && f.fs.accounting {
 			if size, e := fileSize(f.af); e == 0 {
-				f.fs.charge(-size, 0)
+				f.fs.lockVolume()
+				f.fs.chargeOrphan(-size)
+				f.fs.unlockVolume()
 			}
 		}
 		errno = toErrno(f.af.Close())

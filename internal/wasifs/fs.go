@@ -73,6 +73,23 @@ type Options struct {
 // backing file system when NewFS is called is counted, so it may start above
 // a limit; then only changes that do not grow the usage succeed.
 //
+// FSes with a quota over the same host directory (RootFs values over the
+// directory, however many were opened) share one usage, counted by a walk
+// when the first of them is made and kept up to date by the changes of all
+// of them: each one's quota bounds what the directory holds in all, and
+// more FSes over it cost no more walks. Changes that other programs make
+// to the directory are not seen as they happen: when a change is refused
+// and the count is older than 10 seconds, the directory is counted again
+// (plus the files unlinked while open through the FSes) before the change
+// is refused for good; FS.Recount counts it again at once. The shared
+// count holds the directory open (one descriptor) until no FS or RootFs
+// over it is reachable. A file unlinked through one FS while another holds
+// it open is counted as freed at once, though its bytes stay on disk until
+// that other FS closes it. Changes through an FS over the directory without
+// a quota are not counted either. Over any other backing file system each
+// FS counts its own usage, from what the backing file system held when it
+// was made. The walk tolerates changes made meanwhile (see CountUsage).
+//
 // ENOSPC is this package's own errno (wazero has none); a wasip1 guest sees
 // EIO unless the host passes it on (Options.ReportErrno). wazero's fd_write calls File.Write once per iovec, so a vectored
 // write may keep the iovecs before the one that hit the limit.
@@ -122,8 +139,10 @@ type FS struct {
 	report func(uint16)
 	dev    uint64
 
-	mu    sync.Mutex
-	used  Usage
+	mu sync.Mutex
+	// vol is the usage the quota counts, set when accounting (see
+	// volume); its mutex is taken after mu.
+	vol   *volume
 	nodes map[string]*node
 	ino   uint64 // the last inode number given out
 	// handles counts open handles, orphans included; maxOpen bounds it.
@@ -195,7 +214,9 @@ var devices atomic.Uint64
 // would follow them. Hard links are not supported (Link fails with ENOSYS).
 //
 // When a quota limit is set, NewFS walks fsys once to count what it already
-// holds; an error reading it is returned.
+// holds, unless an FS over the same host directory did (see Quota); an
+// error reading it is returned, but not a file or directory vanishing while
+// it is walked (see CountUsage).
 //
 // With an *afero.BasePathFs, which stores the target of every link it
 // creates as a host path under its base directory, a link created by the
@@ -235,11 +256,9 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 	}
 	f.nodeFor("/")
 	if f.accounting {
-		used, errno := f.usageTree("/", root)
-		if errno != 0 {
+		if errno := f.joinVolume(root); errno != 0 {
 			return nil, fmt.Errorf("wasi: NewFS: counting the content of %s: %w", fsys.Name(), errno)
 		}
-		f.used = used
 	}
 	return f, nil
 }
@@ -262,9 +281,12 @@ func (f *FS) Quota() Quota { return f.quota }
 // Usage returns what the content of the FS uses. It is kept only when a
 // Quota limit is set, and is the zero Usage otherwise.
 func (f *FS) Usage() Usage {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.used
+	if !f.accounting {
+		return Usage{}
+	}
+	f.vol.mu.Lock()
+	defer f.vol.mu.Unlock()
+	return f.vol.used
 }
 
 // nodeFor returns the node of path p, giving it an inode number on first use.
@@ -311,10 +333,10 @@ func (f *FS) moveNodes(from, to string) {
 }
 
 // reserve fails with ENOSPC if growing the usage by bytes and files would
-// exceed the quota. The caller holds f.mu.
+// exceed the quota; a host directory is counted again first (recount). The
+// caller holds f.mu and, when accounting, f.vol.mu.
 func (f *FS) reserve(bytes, files int64) sys.Errno {
-	if bytes > 0 && f.quota.MaxBytes > 0 && f.used.Bytes+bytes > f.quota.MaxBytes ||
-		files > 0 && f.quota.MaxFiles > 0 && f.used.Files+files > f.quota.MaxFiles {
+	if f.exceeds(bytes, files) && (!f.recount() || f.exceeds(bytes, files)) {
 		if f.report != nil {
 			f.report(uint16(ENOSPC - 4096))
 		}
@@ -323,11 +345,23 @@ func (f *FS) reserve(bytes, files int64) sys.Errno {
 	return 0
 }
 
-// charge adds a measured change to the usage. The caller holds f.mu.
+// exceeds reports whether growing the usage by bytes and files would
+// exceed the quota. The caller holds f.mu and, when accounting, f.vol.mu.
+func (f *FS) exceeds(bytes, files int64) bool {
+	if !f.accounting {
+		return false
+	}
+	used := f.vol.used
+	return bytes > 0 && f.quota.MaxBytes > 0 && used.Bytes+bytes > f.quota.MaxBytes ||
+		files > 0 && f.quota.MaxFiles > 0 && used.Files+files > f.quota.MaxFiles
+}
+
+// charge adds a measured change to the usage. The caller holds f.mu and
+// f.vol.mu.
 func (f *FS) charge(bytes, files int64) {
 	if f.accounting {
-		f.used.Bytes += bytes
-		f.used.Files += files
+		f.vol.used.Bytes += bytes
+		f.vol.used.Files += files
 	}
 }
 
@@ -348,7 +382,9 @@ func (f *FS) usageOf(p string) (Usage, sys.Errno) {
 	}
 }
 
-// usageTree measures p, described by fi, and its descendants.
+// usageTree measures p, described by fi, and its descendants. Below the
+// root, what vanishes or changes type while it is walked (another program
+// or sandbox changing the directory) counts as what the walk saw of it.
 func (f *FS) usageTree(p string, fi fs.FileInfo) (Usage, sys.Errno) {
 	var u Usage
 	if p != "/" {
@@ -359,6 +395,9 @@ func (f *FS) usageTree(p string, fi fs.FileInfo) (Usage, sys.Errno) {
 		u.Bytes = fi.Size()
 	case fi.IsDir():
 		entries, errno := f.list(p)
+		if errno != 0 && p != "/" && vanished(errno) {
+			return u, 0
+		}
 		if errno != 0 {
 			return u, errno
 		}
@@ -438,6 +477,10 @@ func (f *FS) statNode(n *node, fi fs.FileInfo) sysapi.Stat_t {
 func (f *FS) OpenFile(name string, flag sys.Oflag, perm fs.FileMode) (sys.File, sys.Errno) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if flag&(sys.O_CREAT|sys.O_TRUNC) != 0 {
+		f.lockVolume()
+		defer f.unlockVolume()
+	}
 	if f.maxOpen > 0 && f.handles >= f.maxOpen {
 		if f.report != nil {
 			f.report(uint16(EMFILE - 4096))
@@ -598,6 +641,8 @@ func (f *FS) stat(name string, follow bool) (sysapi.Stat_t, sys.Errno) {
 func (f *FS) Mkdir(name string, perm fs.FileMode) sys.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lockVolume()
+	defer f.unlockVolume()
 	if f.readOnly {
 		return sys.EROFS
 	}
@@ -644,6 +689,8 @@ func (f *FS) Chmod(name string, perm fs.FileMode) sys.Errno {
 func (f *FS) Rename(from, to string) sys.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lockVolume()
+	defer f.unlockVolume()
 	if f.readOnly {
 		return sys.EROFS
 	}
@@ -702,7 +749,7 @@ func (f *FS) Rename(from, to string) sys.Errno {
 	f.charge(after.Bytes-before.Bytes, after.Files-before.Files)
 
 	if orphan := f.dropNode(rt.path); orphan != nil && rt.fi.Mode().IsRegular() {
-		f.charge(rt.fi.Size(), 0) // still held by an open handle
+		f.chargeOrphan(rt.fi.Size()) // still held by an open handle
 	}
 	f.moveNodes(rf.path, rt.path)
 	return 0
@@ -726,6 +773,8 @@ func (f *FS) usageOf2(a, b string) (Usage, sys.Errno) {
 func (f *FS) Rmdir(name string) sys.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lockVolume()
+	defer f.unlockVolume()
 	if f.readOnly {
 		return sys.EROFS
 	}
@@ -755,6 +804,8 @@ func (f *FS) Rmdir(name string) sys.Errno {
 func (f *FS) Unlink(name string) sys.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lockVolume()
+	defer f.unlockVolume()
 	if f.readOnly {
 		return sys.EROFS
 	}
@@ -792,7 +843,7 @@ func (f *FS) remove(r resolved) sys.Errno {
 	after, _ := f.usageOf(r.path)
 	f.charge(after.Bytes-before.Bytes, after.Files-before.Files)
 	if orphan := f.dropNode(r.path); orphan != nil {
-		f.charge(before.Bytes, 0) // still held by an open handle
+		f.chargeOrphan(before.Bytes) // still held by an open handle
 	}
 	return 0
 }
@@ -836,6 +887,8 @@ func (f *FS) Link(oldName, newName string) sys.Errno {
 func (f *FS) Symlink(target, linkName string) sys.Errno {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lockVolume()
+	defer f.unlockVolume()
 	switch {
 	case f.readOnly:
 		return sys.EROFS

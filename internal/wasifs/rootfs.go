@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/afero"
@@ -52,6 +53,10 @@ type RootFs struct {
 	// given and with its symbolic links evaluated, for ReadlinkIfPossible
 	// and SymlinkIfPossible.
 	bases []string
+	// vol is the usage of the directory that the quotas of FSes over it
+	// count, once one has a quota; shared with other RootFs over the same
+	// directory while any FS or RootFs holds it.
+	vol atomic.Pointer[volume]
 }
 
 var (

@@ -15,7 +15,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fumehood/fumehood/internal/aptfetch"
@@ -309,7 +308,7 @@ func removeStale(tmp string) {
 		dir := filepath.Join(tmp, e.Name())
 		b, err := os.ReadFile(filepath.Join(dir, "pid"))
 		if err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 && syscall.Kill(pid, 0) == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 && processAlive(pid) {
 				continue
 			}
 		} else if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) < time.Hour {
@@ -356,8 +355,7 @@ func (b *builder) run(ctx context.Context, dir string, env []string, name string
 	cmd.Env = append(b.baseEnv(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	log := filepath.Join(b.w, "logs")

@@ -12,8 +12,8 @@
 # execute(code, name), which runs code alone; and runs, the names of the
 # runs whose source linecache holds (the last 64). Both return the outcome
 # as a dict: 'value' (the last expression's repr, when not None), 'exit'
-# (a SystemExit's status), or 'type', 'message' and 'traceback' (the
-# exception's).
+# (a SystemExit's status, 0 to 255 as python's exit makes it), or 'type',
+# 'message' and 'traceback' (the exception's).
 #
 # split(code, name) compiles code as compile(code, name, 'exec') would,
 # split at a last statement that is an expression: (body, last), last
@@ -110,10 +110,16 @@ def _fumehood_runner(G, ns, split, mounts, hint):
             code = e.code
             if code is None:
                 code = 0
-            elif not isinstance(code, int):
+            elif isinstance(code, int):
+                # The status a POSIX parent sees of python exiting with
+                # it: C's int of the code's long long (-1 past it), whose
+                # low 8 bits are the status.
+                code = int.__int__(code)
+                code = code & 0xff if -2**63 <= code < 2**63 else 255
+            else:
                 print(code, file=sys.stderr)
                 code = 1
-            out['exit'] = int(code)
+            out['exit'] = code
         except BaseException as e:
             if hint is not None:
                 try:

@@ -76,6 +76,30 @@ func TestDecodeOutcome(t *testing.T) {
 	}
 }
 
+// TestDecodeOutcomeExitStatus: a SystemExit's status is read as the status
+// a POSIX parent sees of python exiting with it (0 to 255), whatever
+// integer the outcome holds: the driver sends it so already, but the
+// guest's code can write the outcome, and 2**70 made it undecodable.
+func TestDecodeOutcomeExitStatus(t *testing.T) {
+	for in, want := range map[string]int{
+		"0": 0, "3": 3, "255": 255, "256": 0, "-1": 255, "-256": 0, "1000": 232,
+		"9223372036854775807":           255, // 2**63-1: its low 8 bits
+		"-9223372036854775808":          0,   // -2**63
+		"9223372036854775808":           255, // 2**63: past a long long, as CPython's exit, -1
+		"1180591620717411303424":        255, // 2**70
+		"-" + strings.Repeat("9", 4000): 255,
+	} {
+		o, err := cpython.DecodeOutcome(frame(`{"value": false, "exception": false, "exit": `+in+`}`, "", "", "", ""), 100)
+		require.NoError(t, err, in)
+		require.NotNil(t, o.Exit, in)
+		assert.Equal(t, want, *o.Exit, in)
+	}
+	for _, in := range []string{"1.5", "1e3", `"3"`, "true"} {
+		_, err := cpython.DecodeOutcome(frame(`{"value": false, "exception": false, "exit": `+in+`}`, "", "", "", ""), 100)
+		assert.ErrorIs(t, err, cpython.ErrOutcomeCorrupt, in)
+	}
+}
+
 // FuzzDecodeOutcome checks that no input panics the decoder and that every
 // text it returns is valid UTF-8 within the limit.
 func FuzzDecodeOutcome(f *testing.F) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"unicode/utf8"
 
@@ -249,7 +250,8 @@ type Outcome struct {
 	Value    string
 	// Exception, if not nil, is the exception the code raised.
 	Exception *Exception
-	// Exit is the status of a SystemExit the code raised.
+	// Exit is the status of a SystemExit the code raised, from 0 to 255
+	// (see ExitCode).
 	Exit *int
 	// Truncated says a text was cut at the limit.
 	Truncated bool
@@ -265,9 +267,30 @@ type Exception struct {
 
 // outcomeMeta is the outcome's JSON part, sandbox/outcome.go's outcome.
 type outcomeMeta struct {
-	Value     bool `json:"value"`
-	Exception bool `json:"exception"`
-	Exit      *int `json:"exit"`
+	Value     bool      `json:"value"`
+	Exception bool      `json:"exception"`
+	Exit      *ExitCode `json:"exit"`
+}
+
+// ExitCode is the exit status of a SystemExit in an outcome's JSON, as a
+// POSIX parent sees a CPython process that exits with it: a JSON integer
+// of any size, n, is n's low 8 bits when n fits in 64 bits, and 255 when
+// it does not (CPython's exit passes -1 for a code past a long long). The
+// drivers send it so already; the host does not rely on them.
+type ExitCode int
+
+// UnmarshalJSON reads a JSON integer of any size as an ExitCode.
+func (c *ExitCode) UnmarshalJSON(b []byte) error {
+	n, ok := new(big.Int).SetString(string(b), 10)
+	if !ok {
+		return fmt.Errorf("the exit status %.32q is not an integer", b)
+	}
+	if !n.IsInt64() {
+		*c = 255
+		return nil
+	}
+	*c = ExitCode(n.Int64() & 0xff)
+	return nil
 }
 
 // plainOutcome is the JSON part of an outcome with no value, no exception
@@ -310,7 +333,11 @@ func DecodeOutcome(b []byte, limit int) (*Outcome, error) {
 			return nil, fmt.Errorf("%w: %w", ErrOutcomeCorrupt, err)
 		}
 	}
-	o := &Outcome{Exit: meta.Exit}
+	o := &Outcome{}
+	if meta.Exit != nil {
+		o.Exit = new(int)
+		*o.Exit = int(*meta.Exit)
+	}
 	text := func(b []byte) string {
 		s, cut := capText(b, limit)
 		o.Truncated = o.Truncated || cut

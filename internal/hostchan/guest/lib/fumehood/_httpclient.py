@@ -41,11 +41,42 @@ class _Socket:
             netloc = host if self._port == default else f"{host}:{self._port}"
             url = f"{self._scheme}://{netloc}{target}"
         drop = {"host", "content-length", "transfer-encoding", "connection"}
-        r = http.request(method, url, data=body, headers={k: v for k, v in headers if k.lower() not in drop})
+        try:
+            r = http.request(method, url, data=body, headers={k: v for k, v in headers if k.lower() not in drop})
+        except Exception as e:
+            # HTTPResponse.__init__ calls makefile: raising here would leave
+            # a response without fp, whose __del__ then prints "Exception
+            # ignored ... no attribute 'fp'" at exit. Raise on its first read
+            # instead, where http.client closes the response and passes the
+            # error on.
+            return _Failed(e)
         head = [f"HTTP/1.1 {r.status} {r.reason or 'Unknown'}"]
         head += [f"{k}: {v}" for k, v in r.headers if k.lower() not in drop]
         head += [f"Content-Length: {len(r.content)}", "Connection: close", "", ""]
         return io.BytesIO("\r\n".join(head).encode("latin-1") + r.content)
+
+
+class _Failed(io.RawIOBase):
+    """A response stream whose first read raises the request's error."""
+
+    def __init__(self, err):
+        self._err = err
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        err, self._err = self._err, None
+        if err is None:
+            return 0
+        try:
+            raise err
+        finally:
+            del err
+
+    def readline(self, size=-1):
+        self.readinto(bytearray())
+        return b""
 
 
 def _parse(raw):
