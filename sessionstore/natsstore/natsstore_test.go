@@ -127,10 +127,15 @@ func TestClusterNodeDown(t *testing.T) {
 		acked = i
 		i++
 	}
-	head, err := s.Load(ctx, "stream")
-	require.NoError(t, err)
-	data, err := s.Get(ctx, "stream", head.Ref)
-	require.NoError(t, err)
+	var data []byte
+	require.Eventually(t, func() bool { // reads may time out while the cluster settles
+		head, err := s.Load(ctx, "stream")
+		if err == nil {
+			data, err = s.Get(ctx, "stream", head.Ref)
+		}
+		require.True(t, err == nil || errors.Is(err, sessionstore.ErrUnavailable), "%v", err)
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond)
 	assert.Equal(t, fmt.Sprint(acked), string(data), "the last acknowledged commit is the head")
 	assert.Equal(t, total, acked, "commits went on after the node stopped")
 	t.Logf("%d commits, %d failed attempts around the stop", total, failed)
