@@ -35,7 +35,7 @@ type lease struct {
 // Polling a held lease starts at minPoll and doubles up to maxPoll.
 const (
 	minPoll = 2 * time.Millisecond
-	maxPoll = 100 * time.Millisecond
+	maxPoll = 25 * time.Millisecond
 )
 
 func (s *store) Lease(ctx context.Context, name string, ttl time.Duration) (Lease, error) {

@@ -60,8 +60,17 @@ type Sessions struct {
 
 	mu     sync.Mutex
 	live   map[string]*liveSession
-	clock  uint64 // counts kept sessions, to find the least recently used
+	turns  map[string]*turn // the calls of this process waiting for a conversation
+	clock  uint64           // counts kept sessions, to find the least recently used
 	closed bool
+}
+
+// turn lines up this process's calls of a conversation, so that one at a
+// time asks the store for its lease: polling callers of one process would
+// otherwise compete, and one could lose every round until ErrBusy.
+type turn struct {
+	ch      chan struct{} // holding the turn is a send
+	waiters int           // calls holding or waiting for it; under Sessions.mu
 }
 
 // liveSession is a session in memory and the head it is at.
@@ -88,11 +97,12 @@ func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
 	if o.HibernateAfter == 0 {
 		o.HibernateAfter = DefaultHibernateAfter
 	}
-	return &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}}
+	return &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}, turns: map[string]*turn{}}
 }
 
-// Do runs one call of a conversation: it takes the conversation's lease
-// (waiting up to the store's LeaseWait, then ErrBusy), brings its session
+// Do runs one call of a conversation: it waits for this process's earlier
+// calls of the conversation, then takes its lease (each wait bounded by the
+// store's LeaseWait, then ErrBusy), brings its session
 // (the live one if the head has not moved, else resumed from the head's
 // snapshot, else a new one: fresh is true), calls run, snapshots the
 // session, stores the snapshot and commits it as the new head, and
@@ -109,6 +119,11 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 	if c.isClosed() {
 		return ErrClosed
 	}
+	leave, err := c.takeTurn(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	lease, err := c.st.Lease(ctx, name, c.opts.LeaseTTL)
 	if err != nil {
 		return err
@@ -177,6 +192,48 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 	}
 	keep = c.keep(name, s, next)
 	return nil
+}
+
+// takeTurn waits for this process's earlier calls of a conversation, in
+// about the order they came; leave lets the next one go.
+func (c *Sessions) takeTurn(ctx context.Context, name string) (leave func(), _ error) {
+	c.mu.Lock()
+	t := c.turns[name]
+	if t == nil {
+		t = &turn{ch: make(chan struct{}, 1)}
+		c.turns[name] = t
+	}
+	t.waiters++
+	c.mu.Unlock()
+	done := func() {
+		c.mu.Lock()
+		if t.waiters--; t.waiters == 0 {
+			delete(c.turns, name)
+		}
+		c.mu.Unlock()
+	}
+	leave = func() { <-t.ch; done() }
+	select {
+	case t.ch <- struct{}{}:
+		return leave, nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if w, ok := c.st.(interface{ leaseWait() time.Duration }); ok {
+		timer := time.NewTimer(max(w.leaseWait(), 0))
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	select {
+	case t.ch <- struct{}{}:
+		return leave, nil
+	case <-timeout:
+		done()
+		return nil, fmt.Errorf("%w: %q is held by another call of this process", ErrBusy, name)
+	case <-ctx.Done():
+		done()
+		return nil, fmt.Errorf("sessionstore: waiting for %q, held by another call: %w", name, context.Cause(ctx))
+	}
 }
 
 // renew renews the lease every third of its ttl while a call runs; when

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,4 +328,39 @@ func TestSessionsAmbiguousCommit(t *testing.T) {
 	_, _, err = eval(t, a, "amb", "x = 3")
 	require.NoError(t, err, "committed: the lease expires by itself")
 	b.failReleases = false
+}
+
+// TestSessionsManyCallsOneConversation: calls of one conversation from
+// many goroutines of one process take turns: none is starved into
+// ErrBusy, and each counts once.
+func TestSessionsManyCallsOneConversation(t *testing.T) {
+	a := newSessions(t, openDir(t, t.TempDir(), nil))
+	_, _, err := eval(t, a, "many", "x")
+	require.NoError(t, err)
+	const workers, each = 6, 5
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				_, _, err := eval(t, a, "many", "x += 1")
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	v, _, err := eval(t, a, "many", "x")
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprint(workers*each), v)
+}
+
+// TestSessionsBusyInProcess: a call waiting behind another call of its
+// own process is bounded by the store's LeaseWait too.
+func TestSessionsBusyInProcess(t *testing.T) {
+	a := newSessions(t, openDir(t, t.TempDir(), &sessionstore.Options{LeaseWait: 30 * time.Millisecond}))
+	err := a.Do(context.Background(), "b", func(ctx context.Context, s *sandbox.Session, fresh bool) error {
+		_, _, err := eval(t, a, "b", "1")
+		assert.ErrorIs(t, err, sessionstore.ErrBusy)
+		return nil
+	})
+	require.NoError(t, err)
 }

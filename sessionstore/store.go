@@ -305,6 +305,10 @@ func (s *store) Delete(ctx context.Context, name string) error {
 
 func (s *store) Close() error { return s.b.Close() }
 
+// leaseWait is Options.LeaseWait, which Sessions also bounds its own
+// waits by.
+func (s *store) leaseWait() time.Duration { return s.opts.LeaseWait }
+
 // validRef reports whether ref is a digest, a size and an ID made of the
 // digest, '-' and 16 hex digits.
 func validRef(ref Ref) bool {
