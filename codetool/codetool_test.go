@@ -70,7 +70,7 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	assert.True(t, strings.HasSuffix(tool.Description(), " "+tool.Instructions()), tool.Description())
 	// The model is told the limits it has, with the tool's values.
 	assert.Contains(t, tool.Description(), "Limits of each run: 30s of wall time (timeout_ms can only shorten it), "+
-		"3 trillion of CPU (WebAssembly instructions; print(1) costs about 2 million), 256 MiB of memory (past it MemoryError) "+
+		"3 trillion of CPU (WebAssembly instructions; print(1) costs about 2 million), 512 MiB of memory (past it MemoryError) "+
 		"and 1 MiB of each of stdout and stderr (past it output is cut). A conversation with no call for 10m0s is closed and its state lost.")
 	tool = newTool(t, &codetool.Options{Limits: sandbox.Limits{Timeout: 1500 * time.Millisecond, Fuel: 5e9, Memory: 100 << 20,
 		MaxOutput: 1000}, IdleTimeout: -1})
@@ -426,4 +426,26 @@ func FuzzParseInput(f *testing.F) {
 		require.NotEmpty(t, strings.TrimSpace(in.Code))
 		require.LessOrEqual(t, len(in.Code), 64)
 	})
+}
+
+// TestOnOutputStreams: OnOutput gets a call's output line by line while
+// the run goes on, with the conversation and the stream, all of it even
+// past the Result's limit.
+func TestOnOutputStreams(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	tool := newTool(t, &codetool.Options{Limits: sandbox.Limits{MaxOutput: 2048}, OnOutput: func(conv, stream, text string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, conv+" "+stream+" "+text)
+	}})
+	r := tool.Call(context.Background(), "c1", args("import sys\nfor i in range(500): print('row', i)\nprint('oops', file=sys.stderr)"))
+	require.False(t, r.IsError, r.Text())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 501)
+	assert.Equal(t, "c1 stdout row 0\n", got[0])
+	assert.Equal(t, "c1 stdout row 499\n", got[499])
+	assert.Equal(t, "c1 stderr oops\n", got[500])
+	assert.Contains(t, r.Truncated, "stdout", "the Result is still cut to its limit")
 }

@@ -84,6 +84,13 @@ type Options struct {
 	// and so are images past the eighth of a run: a Result holds at most
 	// 8 × MaxImageBytes of images.
 	MaxImageBytes int
+	// OnOutput, if set, is given each run's output as the code writes
+	// it, a line at a time (stream is "stdout" or "stderr"; see
+	// sandbox.RunOptions.Stdout), for a caller that shows progress while a
+	// call runs. The Result still holds the output, cut to the limit;
+	// OnOutput gets all of it. It is called on the run's goroutine: a
+	// slow OnOutput slows the run.
+	OnOutput func(conversation, stream, text string)
 	// Setup, if set, prepares each new session, before its first run:
 	// upload the conversation's data with s.Files().WriteFile.
 	Setup func(ctx context.Context, conversation string, s *sandbox.Session) error
@@ -308,7 +315,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	}()
 
 	w := WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
-	res, err := c.s.Run(ctx, in.Code, &sandbox.RunOptions{Limits: req})
+	res, err := c.s.Run(ctx, in.Code, t.runOptions(conversation, req))
 	if errors.Is(err, sandbox.ErrClosed) {
 		// A run stopped while files were open could not be rolled back.
 		t.endLocked(conversation, c)
@@ -362,7 +369,7 @@ func (t *Tool) callStored(ctx context.Context, conversation string, in Input, re
 			}
 		}
 		w := WatchFiles(s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
-		res, err := s.Run(ctx, in.Code, &sandbox.RunOptions{Limits: req})
+		res, err := s.Run(ctx, in.Code, t.runOptions(conversation, req))
 		r = FromRun(res, err, t.limits.MaxOutput)
 		if errors.Is(err, sandbox.ErrClosed) {
 			return err // stopped with files open: nothing to commit
@@ -389,6 +396,25 @@ func (t *Tool) callStored(ctx context.Context, conversation string, in Input, re
 	}
 	r.Notes = append(r.Notes, "the session was closed: this call's effects are discarded, and the next call continues from the state before it")
 	return r
+}
+
+// runOptions are a call's run options: its limits, its output to
+// Options.OnOutput.
+func (t *Tool) runOptions(conversation string, req sandbox.Limits) *sandbox.RunOptions {
+	ro := &sandbox.RunOptions{Limits: req}
+	if f := t.opts.OnOutput; f != nil {
+		ro.Stdout = outputFunc(func(text string) { f(conversation, "stdout", text) })
+		ro.Stderr = outputFunc(func(text string) { f(conversation, "stderr", text) })
+	}
+	return ro
+}
+
+// outputFunc is an io.Writer that hands each write to a function.
+type outputFunc func(text string)
+
+func (f outputFunc) Write(p []byte) (int, error) {
+	f(string(p))
+	return len(p), nil
 }
 
 func errResult(err error, maxOutput int) *Result {

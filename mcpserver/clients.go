@@ -141,6 +141,13 @@ func (c *clients) victimLocked(owners map[*mcp.ServerSession]bool) *mcp.ServerSe
 }
 
 // gone forgets a session that ended.
+// count returns how many MCP sessions are held.
+func (c *clients) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
 func (c *clients) gone(ss *mcp.ServerSession) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

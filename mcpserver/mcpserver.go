@@ -91,7 +91,7 @@ type Options struct {
 	// MemoryBudget bounds the host memory the server's guests hold: every
 	// open session and every run_python in progress holds what one session
 	// can hold of it (sandbox.Config.SessionHostMemory: twice Limits.Memory
-	// and twice the in-memory root's quota, 768 MiB with the defaults). A
+	// and twice the in-memory root's quota, 1.25 GiB with the defaults). A
 	// session_create or session_restore past it is refused, as is a
 	// run_python when open sessions hold the budget; a run_python that
 	// only other run_python calls are in the way of waits for them. 0
@@ -188,6 +188,39 @@ func newServer(o Options, instructions string) *Server {
 	})
 	s.mcp.AddReceivingMiddleware(s.middleware)
 	return s
+}
+
+// Stats is what a Server holds at one moment, for an operator's metrics
+// (fumehood mcp --http serves them at /metrics).
+type Stats struct {
+	// Sessions are the sessions open (or being opened), of all clients;
+	// Hibernated those of them between calls, which hold only the memory
+	// pages their code changed.
+	Sessions, Hibernated int
+	// Runs are the runs executing; TempRuns the run_python calls holding
+	// memory (running or waiting for a run slot).
+	Runs, TempRuns int
+	// Clients are the MCP sessions held over HTTP (MaxClients bounds them).
+	Clients int
+	// MemoryHeld is what open sessions and run_python calls hold of
+	// MemoryBudget: each what a session can cost the host
+	// (sandbox.Config.SessionHostMemory).
+	MemoryHeld, MemoryBudget int64
+}
+
+// Stats returns what the server holds now.
+func (s *Server) Stats() Stats {
+	st := Stats{Clients: s.clients.count(), MemoryBudget: s.opts.MemoryBudget}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.Sessions, st.TempRuns, st.Runs = s.nSessions, s.nTemp, s.running
+	for _, ss := range s.sessions {
+		if len(ss.turn) == 0 {
+			st.Hibernated++
+		}
+	}
+	st.MemoryHeld = int64(s.nSessions+s.nTemp) * s.charge
+	return st
 }
 
 // toolsNote ends the server's instructions: how its tools differ.
@@ -428,6 +461,56 @@ func (s *Server) config(l callLimits) (*sandbox.RunOptions, error) {
 	return &sandbox.RunOptions{Limits: eff}, nil
 }
 
+// streamProgress sends a run's output, as the code writes it, to a client
+// that asked for progress (a progressToken in the call's _meta): one
+// notifications/progress a line (or a batch of lines), the text as its
+// message, the count of lines so far as its progress. The notifications of
+// a call carry at most MaxOutput bytes of text, then one saying the rest
+// is in the result; the result holds the output in any case.
+func (s *Server) streamProgress(ctx context.Context, req *mcp.CallToolRequest, cfg *sandbox.RunOptions) {
+	if req == nil || req.Session == nil || req.Params == nil {
+		return
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return
+	}
+	p := &progress{ctx: ctx, ss: req.Session, token: token, left: s.opts.Limits.MaxOutput}
+	cfg.Stdout, cfg.Stderr = p, p
+}
+
+// progress sends what is written to it as progress notifications.
+type progress struct {
+	ctx   context.Context
+	ss    *mcp.ServerSession
+	token any
+	n     float64 // notifications sent
+	left  int     // bytes of text that may still be sent
+	done  bool
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	if p.done {
+		return len(b), nil
+	}
+	text := string(b)
+	if len(text) > p.left {
+		text, _ = truncate(text, p.left)
+		p.done = true
+	}
+	p.left -= len(text)
+	p.n++
+	// A client gone or slow to read does not stop the run: its result
+	// still comes (or not) as for any call.
+	_ = p.ss.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: text})
+	if p.done {
+		p.n++
+		_ = p.ss.NotifyProgress(p.ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n,
+			Message: "(more output: it is in the result, cut to the output limit)"})
+	}
+	return len(b), nil
+}
+
 func (s *Server) sessionConfig(env map[string]string) *sandbox.Config {
 	return &sandbox.Config{Env: env, Limits: s.opts.Limits, Network: s.opts.Network, Mounts: s.opts.Mounts}
 }
@@ -580,11 +663,12 @@ func (s *Server) releaseLocked(forSession bool) {
 	s.freed = make(chan struct{})
 }
 
-func (s *Server) runPython(ctx context.Context, _ *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
+func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
 	cfg, err := s.config(in.callLimits)
 	if err != nil {
 		return nil, runOutput{}, err
 	}
+	s.streamProgress(ctx, req, cfg)
 	done, err := s.acquireRun(ctx)
 	if err != nil {
 		return nil, runOutput{}, err
@@ -738,6 +822,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 	if err != nil {
 		return nil, runOutput{}, err
 	}
+	s.streamProgress(ctx, req, cfg)
 	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, runOutput{}, err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -616,4 +617,79 @@ func TestStoppedByIsTheHosts(t *testing.T) {
 	res := call(t, cs, "run_python", map[string]any{"code": "while True: pass", "fuel": 1_000_000}, &out)
 	assert.True(t, res.IsError)
 	assert.Equal(t, "fuel", out.StoppedBy, text(res))
+}
+
+// TestProgressStreamsOutput: a client that asks for progress (a
+// progressToken) gets the run's output line by line as notifications while
+// the run goes on, in run_python and session_run, at most MaxOutput bytes
+// of it; a client that does not ask gets none.
+func TestProgressStreamsOutput(t *testing.T) {
+	py := sandboxtest.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: 1000}})
+	require.NoError(t, err)
+	defer srv.Close()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.MCP().Connect(context.Background(), st, nil)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var got []string
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprint(req.Params.ProgressToken, " ", req.Params.Progress, " ", req.Params.Message))
+		}})
+	cs, err := client.Connect(context.Background(), ct, nil)
+	require.NoError(t, err)
+	defer func() { cs.Close(); ss.Wait() }()
+	notes := func() []string {
+		// Notifications are handled as they come: wait for the last.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n := slices.Clone(got)
+			last := len(n) > 0 && (strings.HasSuffix(n[len(n)-1], "end\n") || strings.Contains(n[len(n)-1], "more output"))
+			if last || time.Now().After(deadline) {
+				got = nil
+			}
+			mu.Unlock()
+			if last || time.Now().After(deadline) {
+				return n
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	params := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "for i in range(3): print('line', i)\nprint('end')"}}
+	params.SetProgressToken("t1")
+	res, err := cs.CallTool(context.Background(), params)
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	assert.Equal(t, []string{"t1 1 line 0\n", "t1 2 line 1\n", "t1 3 line 2\n", "t1 4 end\n"}, notes())
+
+	var created struct {
+		SessionID string `json:"session_id"`
+	}
+	call(t, cs, "session_create", map[string]any{}, &created)
+	params = &mcp.CallToolParams{Name: "session_run", Arguments: map[string]any{"session_id": created.SessionID,
+		"code": "for i in range(1000): print('x' * 10)\nprint('end')"}}
+	params.SetProgressToken(7)
+	_, err = cs.CallTool(context.Background(), params)
+	require.NoError(t, err)
+	n := notes()
+	require.NotEmpty(t, n)
+	text := 0
+	for _, s := range n[:len(n)-1] {
+		text += len(s) - len("7 1 ")
+	}
+	assert.LessOrEqual(t, text, 1000+len(n)*len("7 1 "), "at most MaxOutput bytes of text, then one note")
+	assert.Less(t, len(n), 100)
+	assert.Contains(t, n[len(n)-1], "more output")
+
+	// No token, no notifications.
+	call(t, cs, "run_python", map[string]any{"code": "print('quiet')"}, nil)
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	assert.Empty(t, got)
+	mu.Unlock()
 }

@@ -20,7 +20,7 @@ const (
 	// captured in a Result.
 	DefaultMaxOutput = 1 << 20
 	// DefaultMemoryLimit bounds a run's linear memory.
-	DefaultMemoryLimit = 256 << 20
+	DefaultMemoryLimit = 512 << 20
 )
 
 // maxMemory is the most linear memory a 32-bit guest can address.
@@ -170,9 +170,10 @@ type Config struct {
 // stopped run rolls back to) and twice its in-memory root's quota (its
 // files, and the copy of them a snapshot takes, or of one file a resume
 // writes), with no in-memory root for a mount at "/". Measured with the
-// default limits (docs/SECURITY.md): a session that filled its 256 MiB
+// limits of then (docs/SECURITY.md): a session that filled its 256 MiB
 // held 481 MB besides what every process holds, and a resume of a 337 MB
-// snapshot 662 MB, against the 768 MiB this returns; the guest's base
+// snapshot 662 MB, against the 768 MiB this returned (1.25 GiB with the
+// default 512 MiB now); the guest's base
 // images and pooled memories, per guest rather than per session, are
 // bounded apart. A quota that sets no bound on bytes (MaxBytes 0 with
 // MaxFiles set) bounds nothing: it returns math.MaxInt64. It is what a
@@ -208,9 +209,13 @@ type RunOptions struct {
 	// that the deadline can interrupt the guest.
 	Stdin io.Reader
 	// Stdout and Stderr, if set, receive the guest's output as it is
-	// written: all of it (the Result keeps at most Limits.MaxOutput bytes
-	// of each), or with StopAtOutputLimit, what was written before the
-	// run stopped.
+	// written, a line at a time: each Write holds whole lines (ending in
+	// a newline, or a carriage return for a progress line), except an
+	// unended line passed on when the guest sleeps, waits for stdin or
+	// ends, or when it reaches 4 KiB. They get all of it (the Result keeps
+	// at most Limits.MaxOutput bytes of each), or with StopAtOutputLimit,
+	// what was written before the run stopped. Each is called on the
+	// run's goroutine: a slow writer slows the run.
 	Stdout, Stderr io.Writer
 	// Limits can only lower the Config's (see Limits.Lower).
 	Limits Limits

@@ -331,7 +331,7 @@ func TestMountPointsListed(t *testing.T) {
 	}
 	check(s.Files())
 
-	sess, err := sandboxtest.Python(t).NewSession(context.Background(), &sandbox.Config{Mounts: mounts})
+	sess, err := sandboxtest.PythonSessions(t).NewSession(context.Background(), &sandbox.Config{Mounts: mounts})
 	require.NoError(t, err)
 	t.Cleanup(func() { sess.Close() })
 	res, err := sess.Run(context.Background(), code, nil)

@@ -145,6 +145,7 @@ type Sandbox struct {
 	quotas   string            // the mounts and their quotas, for the start-up code (mountQuotas)
 	fuelUsed int64             // by all runs, for Config.TotalFuel
 	memRoot  bool              // the root is fumehood's in-memory one
+	session  bool              // a session's sandbox
 }
 
 type mounted struct {
@@ -189,7 +190,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	if image {
 		mounts = append(mounts, Mount{Path: controlPath, FS: afero.NewMemMapFs(), Quota: controlQuota})
 	}
-	s := &Sandbox{g: g, cfg: c, limits: limits, pyEnv: c.Env, memRoot: !hasRoot}
+	s := &Sandbox{g: g, cfg: c, limits: limits, pyEnv: c.Env, memRoot: !hasRoot, session: session}
 	fscfg := wazero.NewFSConfig().(sysfs.FSConfig)
 	if g.stdlib != nil {
 		// The built guest's standard library: the first preopen, in every

@@ -89,6 +89,11 @@ type Options struct {
 	// GuestNPM, or empty for $FUMEHOOD_GUEST (GuestEnv) or, without it, the
 	// built guest where it is built and the npm guest elsewhere.
 	Guest string
+	// OnRun, if set, is told of every run of the guest's sandboxes and
+	// sessions when it ends, on the run's goroutine: a hook for an
+	// embedder's metrics or logs (OpenTelemetry, slog, Prometheus). It
+	// must not block, nor call the guest's sandboxes or sessions.
+	OnRun func(RunEvent)
 	// With asks for the variant of the built guest with these optional
 	// parts compiled in: "numpy" (numpy 2.2.5, built by `fumehood guest
 	// build --with numpy`). It implies GuestBuilt; the npm guest has no
@@ -100,6 +105,7 @@ type Options struct {
 // Guest is a compiled guest module. It is safe for concurrent use: each run
 // gets its own instance. Close it to release the compiled code.
 type Guest struct {
+	onRun      func(RunEvent) // Options.OnRun
 	rt         wazero.Runtime
 	compiled   wazero.CompiledModule
 	cache      wazero.CompilationCache
@@ -261,6 +267,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	}
 	g.sessions = info.Sessions
 	g.prefetched.Store(pre)
+	g.onRun = opts.OnRun
 	return g, nil
 }
 
@@ -354,6 +361,7 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 		return nil, err
 	}
 	g.id = pipeline.Digest(wasm)
+	g.onRun = opts.OnRun
 	return g, nil
 }
 

@@ -123,6 +123,63 @@ func (c *capture) bytes() []byte {
 	return append(out, tail...)
 }
 
+// lineTee passes whole lines on to w, so that a caller streaming a run's
+// output gets it by line, as the guest ends each one, not in the pieces
+// print writes (print("a", 1) is four writes): a write's bytes up to its
+// last newline or carriage return (a progress line) go on at once, the
+// rest waits for the line's end, for lineTeeMax bytes, or for Flush, which
+// the run calls before the guest sleeps or waits for stdin (so a prompt or
+// a line of progress dots shows) and when it ends.
+type lineTee struct {
+	w       io.Writer
+	pending []byte
+}
+
+// lineTeeMax is the most of an unended line held back.
+const lineTeeMax = 4096
+
+func (l *lineTee) Write(p []byte) (int, error) {
+	i := bytes.LastIndexAny(p, "\n\r")
+	if i < 0 && len(l.pending)+len(p) < lineTeeMax {
+		l.pending = append(l.pending, p...)
+		return len(p), nil
+	}
+	end := len(p)
+	if i >= 0 {
+		end = i + 1
+	}
+	var err error
+	if len(l.pending) > 0 {
+		l.pending = append(l.pending, p[:end]...)
+		_, err = l.w.Write(l.pending)
+		l.pending = l.pending[:0]
+	} else {
+		_, err = l.w.Write(p[:end])
+	}
+	l.pending = append(l.pending, p[end:]...)
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush passes on what waits for its line's end.
+func (l *lineTee) Flush() error {
+	if len(l.pending) == 0 {
+		return nil
+	}
+	_, err := l.w.Write(l.pending)
+	l.pending = l.pending[:0]
+	return err
+}
+
+// flush passes on the unended line the capture's tee holds.
+func (c *capture) flush() {
+	if t, ok := c.tee.(*lineTee); ok && c.teeErr == nil {
+		c.teeErr = t.Flush()
+	}
+}
+
 // stdinReader lets a run's deadline interrupt a guest blocked reading
 // stdin. In-memory readers cannot block and are read directly; any other
 // reader is read on a helper goroutine, which, if the run ends while a Read
@@ -158,6 +215,9 @@ func (s *stdinReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	if s.pending == nil {
+		if s.run.flushOutput != nil {
+			s.run.flushOutput() // a prompt shows before the guest waits
+		}
 		ch := make(chan readResult, 1)
 		s.pending = ch
 		buf := make([]byte, len(p))
@@ -188,6 +248,9 @@ func sleeper(ctx context.Context, slept *time.Duration, r *runState) sys.Nanosle
 	return func(ns int64) {
 		if ns <= 0 {
 			return
+		}
+		if r.flushOutput != nil {
+			r.flushOutput()
 		}
 		t := time.NewTimer(time.Duration(ns))
 		defer t.Stop()

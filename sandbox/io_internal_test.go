@@ -64,3 +64,27 @@ func TestCaptureKeepsStartAndEnd(t *testing.T) {
 	assert.Equal(t, "0123456789", string(c.bytes()))
 	assert.Equal(t, "0123456789", tee.String())
 }
+
+// TestLineTee: whole lines at once, an unended line held up to 4 KiB,
+// Flush passes it on, and the writer's error comes back.
+func TestLineTee(t *testing.T) {
+	var got []string
+	l := &lineTee{w: writerFunc(func(p []byte) (int, error) { got = append(got, string(p)); return len(p), nil })}
+	for _, p := range []string{"a", "b\nc", "d\ne\nf", strings.Repeat("x", lineTeeMax)} {
+		n, err := l.Write([]byte(p))
+		require.NoError(t, err)
+		assert.Equal(t, len(p), n)
+	}
+	require.NoError(t, l.Flush())
+	require.NoError(t, l.Flush(), "nothing left: no write")
+	assert.Equal(t, []string{"ab\n", "cd\ne\n", "f" + strings.Repeat("x", lineTeeMax)}, got)
+
+	bad := errors.New("broken pipe")
+	l = &lineTee{w: writerFunc(func(p []byte) (int, error) { return 0, bad })}
+	_, err := l.Write([]byte("line\n"))
+	assert.ErrorIs(t, err, bad)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

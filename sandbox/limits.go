@@ -80,6 +80,10 @@ type runState struct {
 	walltime func() (int64, int32)
 	nanotime func() int64
 	sleep    func(ns int64)
+
+	// flushOutput, if set, passes on the output the caller's streams are
+	// still to get (an unended line), before the guest waits.
+	flushOutput func()
 }
 
 // stop records why the run must end and poisons the fuel so that the guest

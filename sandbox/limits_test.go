@@ -481,3 +481,18 @@ func TestOutputPastLimitKeepsStartAndEnd(t *testing.T) {
 	assert.Equal(t, res.StdoutBytes, int64(stream.Len()), "the stream gets all of it")
 	assert.True(t, strings.HasSuffix(stream.String(), "the answer is 42\n"))
 }
+
+// TestDefaultMemoryFitsDataWork: a program that needs 400 MB, ordinary
+// data work, runs under the default limits (it hit the 256 MiB default
+// before); past the default it is still MemoryError.
+func TestDefaultMemoryFitsDataWork(t *testing.T) {
+	py := sandboxtest.Python(t)
+	res, err := py.Run(context.Background(), "x = bytearray(400_000_000); print(len(x))", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "400000000\n", string(res.Stdout))
+	assert.Greater(t, res.PeakMemory, int64(400_000_000))
+	_, err = py.Run(context.Background(), "x = bytearray(600_000_000)", nil)
+	var exc *sandbox.Exception
+	require.ErrorAs(t, err, &exc)
+	assert.Equal(t, "MemoryError", exc.Type)
+}

@@ -9,3 +9,6 @@ const (
 
 // DefaultRootQuota is the in-memory root's quota when a Config sets none.
 var DefaultRootQuota = defaultRootQuota
+
+// ProcessCPU is processCPU, for the external tests' benchmarks.
+var ProcessCPU = processCPU

@@ -154,3 +154,16 @@ func (e *Exception) Error() string {
 	}
 	return "python: " + e.Type + ": " + e.Message
 }
+
+// RunEvent is what Options.OnRun is told of a run that ended.
+type RunEvent struct {
+	// Session reports a session's run (Session.Run), else a one-shot
+	// run (Guest.Run, Sandbox.Run, Exec and the like).
+	Session bool
+	// Result is the run's result: Stop says what ended it, Duration,
+	// FuelUsed and PeakMemory what it used. It is the Result the caller
+	// gets: read it, do not change it.
+	Result *Result
+	// Err is the run's error, as the caller gets it.
+	Err error
+}

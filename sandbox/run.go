@@ -144,8 +144,9 @@ func (s *Sandbox) begin(ctx context.Context, opts *RunOptions) (context.Context,
 	r := &run{sb: s, limits: lim, opts: o, budget: lim.Fuel}
 	ctx, r.cancel = deadline(ctx, lim.Timeout)
 	r.state = &runState{ctx: ctx, refill: o.Refill}
-	r.stdout = &capture{max: lim.MaxOutput, tee: o.Stdout}
-	r.stderr = &capture{max: lim.MaxOutput, tee: o.Stderr}
+	r.stdout = &capture{max: lim.MaxOutput, tee: lines(o.Stdout)}
+	r.stderr = &capture{max: lim.MaxOutput, tee: lines(o.Stderr)}
+	r.state.flushOutput = func() { r.stdout.flush(); r.stderr.flush() }
 	if o.StopAtOutputLimit {
 		r.stdout.stop, r.stderr.stop = r.state.stop, r.state.stop
 	}
@@ -170,6 +171,14 @@ func (s *Sandbox) begin(ctx context.Context, opts *RunOptions) (context.Context,
 	return ctx, r, nil
 }
 
+// lines is w passing on whole lines (lineTee), or nil.
+func lines(w io.Writer) io.Writer {
+	if w == nil {
+		return nil
+	}
+	return &lineTee{w: w}
+}
+
 // stopped reports whether the run was stopped already: begin found a limit
 // reached, and the guest must not be entered.
 func (r *run) stopped() bool {
@@ -186,6 +195,7 @@ func (r *run) stopped() bool {
 // ended it (a session's run that paused normally), applied last.
 func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
 	r.cancel()
+	r.state.flushOutput()
 	res := &Result{
 		Stdout: r.stdout.bytes(), StdoutTruncated: r.stdout.truncated, StdoutBytes: r.stdout.total,
 		Stderr: r.stderr.bytes(), StderrTruncated: r.stderr.truncated, StderrBytes: r.stderr.total,
@@ -218,6 +228,9 @@ func (r *run) end(runErr error, mem memStats, out *Result) (*Result, error) {
 		} else if out.ExitCode != 0 {
 			res.ExitCode, err = out.ExitCode, &ExitError{Code: out.ExitCode}
 		}
+	}
+	if f := r.sb.g.onRun; f != nil {
+		f(RunEvent{Session: r.sb.session, Result: res, Err: err})
 	}
 	return res, err
 }

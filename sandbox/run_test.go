@@ -205,3 +205,66 @@ func TestPythonVersionThroughExec(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, py.Python().Version+"\n", string(res.Stdout))
 }
+
+// writes records each Write it gets.
+type writes struct{ got []string }
+
+func (w *writes) Write(p []byte) (int, error) {
+	w.got = append(w.got, string(p))
+	return len(p), nil
+}
+
+// TestStreamsByLine: a caller's stream gets the output a line at a time
+// (print writes a line in pieces), an unended line when the guest sleeps
+// (progress dots show) and at the end, one-shot and in a session.
+func TestStreamsByLine(t *testing.T) {
+	code := `import sys, time
+for i in range(3):
+    print("line", i)
+print("working", end="")
+for _ in range(2):
+    sys.stdout.write(".")
+    time.sleep(0.01)
+print(" done")
+sys.stdout.write("50%\r100%\r")
+sys.stdout.write("no newline at the end")`
+	want := []string{"line 0\n", "line 1\n", "line 2\n", "working.", ".", " done\n", "50%\r100%\r", "no newline at the end"}
+	py := sandboxtest.Python(t)
+	var w writes
+	_, err := py.Run(context.Background(), code, &sandbox.RunOptions{Stdout: &w})
+	require.NoError(t, err)
+	assert.Equal(t, want, w.got)
+
+	s, err := sandboxtest.PythonSessions(t).NewSession(context.Background(), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	w = writes{}
+	_, err = s.Run(context.Background(), code, &sandbox.RunOptions{Stdout: &w})
+	require.NoError(t, err)
+	assert.Equal(t, want, w.got)
+}
+
+// TestOnRunObserves: Options.OnRun is told of every run of the guest,
+// one-shot and in a session, with the Result and error the caller gets.
+func TestOnRunObserves(t *testing.T) {
+	sandboxtest.PythonSessions(t) // skips where the npm guest has no session build
+	var events []sandbox.RunEvent
+	py, err := sandbox.CompilePython(context.Background(), &sandbox.Options{Sessions: true,
+		OnRun: func(e sandbox.RunEvent) { events = append(events, e) }})
+	require.NoError(t, err)
+	defer py.Close()
+	res, err := py.Run(context.Background(), "print(1)", nil)
+	require.NoError(t, err)
+	s, err := py.NewSession(context.Background(), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	_, serr := s.Run(context.Background(), "while True: pass", &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 1e6}})
+	require.ErrorIs(t, serr, sandbox.ErrFuelExhausted)
+	require.Len(t, events, 2)
+	assert.False(t, events[0].Session)
+	assert.Same(t, res, events[0].Result)
+	assert.NoError(t, events[0].Err)
+	assert.True(t, events[1].Session)
+	assert.Equal(t, sandbox.StopFuel, events[1].Result.Stop)
+	assert.ErrorIs(t, events[1].Err, sandbox.ErrFuelExhausted)
+}

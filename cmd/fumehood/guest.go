@@ -220,6 +220,9 @@ func printBuilt(w io.Writer, info cpython.Info) {
 		fmt.Fprintf(w, "built-in:  %s\n", strings.Join(info.Builtins, " "))
 	}
 	fmt.Fprintf(w, "toolchain: %s\n", info.Toolchain)
+	for _, in := range info.ToolchainInputs {
+		fmt.Fprintf(w, "  %-25s %-26s %s sha256:%s\n", in.Package, in.Version, in.Suite, in.SHA256)
+	}
 	fmt.Fprintf(w, "wasm:      sha256:%s (%d bytes, debug sections stripped)\n", info.WasmSHA256, info.WasmSize)
 	fmt.Fprintf(w, "prepared:  sha256:%s (%s)\n", info.PreparedSHA256, strings.Join(info.PreparedSteps, ", "))
 	fmt.Fprintf(w, "stdlib:    sha256:%s (%d bytes: lib/python313.zip, share/zoneinfo; mounted read-only at %s)\n", info.StdlibSHA256, info.StdlibSize, cpython.StdlibMountPath)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/mcpserver"
@@ -87,6 +88,11 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		opts.MemoryBudget = n
 	}
 	c := common{offline: offline, cacheDir: cacheDir, with: with}
+	var m *metrics
+	if *addr != "" {
+		m = newMetrics()
+		c.onRun = m.observe
+	}
 	py, err := c.compile(ctx, true, stderr)
 	if err != nil {
 		return err
@@ -111,12 +117,18 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "fumehood: MCP over streamable HTTP at http://%s/\n", ln.Addr())
+	fmt.Fprintf(stderr, "fumehood: MCP over streamable HTTP at http://%s/, Prometheus metrics at http://%s/metrics\n", ln.Addr(), ln.Addr())
 	// Each client has its own MCP session (Mcp-Session-Id), which owns its
 	// sessions and snapshots; when it ends (DELETE, idle past
 	// --idle-timeout, or evicted past --max-clients) its sessions are
 	// closed.
-	hs := &http.Server{Handler: srv.HTTPHandler()}
+	m.watch(srv)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.handler())
+	mux.Handle("/", srv.HTTPHandler())
+	// A client that is slow to send its headers holds a connection for at
+	// most ReadHeaderTimeout.
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		hs.Close()

@@ -68,9 +68,15 @@ func (s *syncBuffer) String() string {
 // waitFor waits until the REPL's stderr holds text.
 func waitFor(t *testing.T, stderr *syncBuffer, text string) {
 	t.Helper()
+	waitForCount(t, stderr, text, 1)
+}
+
+// waitForCount waits until the REPL's stderr holds text n times.
+func waitForCount(t *testing.T, stderr *syncBuffer, text string, n int) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(stderr.String(), text) {
-		require.True(t, time.Now().Before(deadline), "no %q: %s", text, stderr.String())
+	for strings.Count(stderr.String(), text) < n {
+		require.True(t, time.Now().Before(deadline), "not %d× %q: %s", n, text, stderr.String())
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -103,7 +109,9 @@ func TestReplInterruptStopsTheRunOnly(t *testing.T) {
 	done := make(chan int)
 	go func() { done <- run(context.Background(), []string{"repl", "--timeout", "60s"}, nil, &stdout, &stderr) }()
 	waitFor(t, &stderr, "CPython in a sandbox")
-	io.WriteString(keysW, "x = 41\rwhile True: pass\r")
+	io.WriteString(keysW, "x = 41\r")
+	waitForCount(t, &stderr, ">>> ", 2) // x = 41 ran: an interrupt now is the loop's
+	io.WriteString(keysW, "while True: pass\r")
 	interruptUntil(t, &stderr, func() {
 		select {
 		case sigs <- os.Interrupt:
@@ -134,7 +142,9 @@ func TestReplSIGINT(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())
 	waitFor(t, &stderr, "CPython in a sandbox")
-	io.WriteString(stdin, "x = 41\nwhile True: pass\n")
+	io.WriteString(stdin, "x = 41\n")
+	waitForCount(t, &stderr, ">>> ", 2)
+	io.WriteString(stdin, "while True: pass\n")
 	interruptUntil(t, &stderr, func() { _ = cmd.Process.Signal(syscall.SIGINT) })
 	io.WriteString(stdin, "x + 1\n")
 	require.NoError(t, stdin.Close())

@@ -107,6 +107,7 @@ type fileFlag struct{ host, guest string }
 
 // common are the flags run and repl share: the guest, limits and files.
 type common struct {
+	onRun         func(sandbox.RunEvent) // the metrics' hook, or nil
 	timeout       *time.Duration
 	offline       *bool
 	cacheDir      *string
@@ -192,7 +193,7 @@ func withFlag(fs *flag.FlagSet) *string {
 // built guest's variant, which is built (`guest build --with`), never
 // installed here.
 func (c *common) compile(ctx context.Context, sessions bool, stderr io.Writer) (*sandbox.Guest, error) {
-	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions}
+	opts := &sandbox.Options{CacheDir: *c.cacheDir, Sessions: sessions, OnRun: c.onRun}
 	if c.with != nil {
 		opts.With = splitList(*c.with)
 	}

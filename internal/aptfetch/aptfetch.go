@@ -180,10 +180,10 @@ func (f *Fetcher) Source(ctx context.Context, dir, pkg, version string) error {
 	return f.run(ctx, dir, append(f.options(), "source", "--download-only", "--tar-only", pkg+"="+version))
 }
 
-// Binary downloads binary package pkg at version into dir (apt-get
-// download).
-func (f *Fetcher) Binary(ctx context.Context, dir, pkg, version string) error {
-	return f.run(ctx, dir, append(f.options(), "download", pkg+"="+version))
+// Binary downloads binary packages, each given as package=version, into
+// dir with one apt-get download (which reads the package lists once).
+func (f *Fetcher) Binary(ctx context.Context, dir string, pkgVersions ...string) error {
+	return f.run(ctx, dir, append(append(f.options(), "download"), pkgVersions...))
 }
 
 func (f *Fetcher) run(ctx context.Context, dir string, args []string) error {

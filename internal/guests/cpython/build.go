@@ -48,7 +48,10 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	tc, err := checkTools(append(append([]Tool(nil), Tools...), partTools(parts)...))
+	if err := checkTools(append(append([]Tool(nil), Tools...), partTools(parts)...)); err != nil {
+		return Info{}, err
+	}
+	tcInputs, err := ToolchainInputs(runtime.GOARCH, len(parts) > 0)
 	if err != nil {
 		return Info{}, err
 	}
@@ -56,7 +59,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	if err := localInputs(d, opts, parts, local); err != nil { // optional parts (variant.go)
 		return Info{}, err
 	}
-	files, err := fetchInputs(ctx, d, opts)
+	files, err := fetchInputs(ctx, d, opts, append(append([]Input(nil), Inputs...), tcInputs...))
 	if err != nil {
 		return Info{}, err
 	}
@@ -75,7 +78,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	if err := os.WriteFile(filepath.Join(work, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return Info{}, fmt.Errorf("cpython: %w", err)
 	}
-	b := &builder{w: work, files: files, jobs: opts.Jobs, llvmBin: tc.llvmBin}
+	b := &builder{w: work, files: files, jobs: opts.Jobs, toolchain: tcInputs}
 	if b.jobs <= 0 {
 		b.jobs = runtime.NumCPU()
 	}
@@ -102,7 +105,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	}
 	info := Info{
 		Recipe: Recipe, Python: PythonVersion, Key: Key(), Inputs: Inputs,
-		Toolchain: tc.version, Flags: crossFlags("$W"),
+		Toolchain: b.tcVersion, ToolchainInputs: tcInputs, Flags: crossFlags("$W"),
 		WasmSize: int64(len(wasm)), StdlibSize: int64(len(stdlib)),
 	}
 	if err := b.describeParts(&info, opts); err != nil { // optional parts (variant.go)
@@ -157,19 +160,16 @@ func stripCustom(in []byte) ([]byte, error) {
 	return m.Encode(), nil
 }
 
-// toolchain is what CheckTools found.
-type toolchain struct {
-	llvmBin string // LLVM 19's bin directory, first on the build's PATH
-	version string // clang-19 --version's first line
-}
-
-// CheckTools checks that every program in Tools is installed. The error,
-// matching ErrMissingTools, names the Debian packages to install.
-func CheckTools() (toolchain, error) {
+// CheckTools checks that every program in Tools is installed (the cross
+// toolchain is fetched, not installed). The error matches ErrMissingTools
+// and names the Debian packages to install; on a machine without apt it
+// also matches ErrNoToolchain and says how to get the guest from another
+// machine.
+func CheckTools() error {
 	return checkTools(Tools)
 }
 
-func checkTools(tools []Tool) (toolchain, error) {
+func checkTools(tools []Tool) error {
 	var missing []string
 	seen := map[string]bool{}
 	for _, t := range tools {
@@ -184,28 +184,24 @@ func checkTools(tools []Tool) (toolchain, error) {
 			missing = append(missing, t.Package)
 		}
 	}
-	if len(missing) > 0 {
-		return toolchain{}, fmt.Errorf("%w: install the Debian packages: apt-get install %s", ErrMissingTools, strings.Join(missing, " "))
+	if len(missing) == 0 {
+		return nil
 	}
-	clang, _ := exec.LookPath("clang-19")
-	real, err := filepath.EvalSymlinks(clang)
-	if err != nil {
-		return toolchain{}, fmt.Errorf("cpython: %w", err)
+	if seen["apt"] || seen["dpkg"] {
+		return fmt.Errorf("%w (%s), %w: the build fetches its inputs and its toolchain with apt from Debian's archive, "+
+			"so it runs on a Debian-family machine; %s", ErrMissingTools, strings.Join(missing, " "), ErrNoToolchain, elsewhere)
 	}
-	out, err := exec.Command(clang, "--version").Output()
-	if err != nil {
-		return toolchain{}, fmt.Errorf("cpython: clang-19 --version: %w", err)
-	}
-	version, _, _ := strings.Cut(string(out), "\n")
-	return toolchain{llvmBin: filepath.Dir(real), version: strings.TrimSpace(version)}, nil
+	return fmt.Errorf("%w: install the Debian packages (as root): apt-get install %s", ErrMissingTools, strings.Join(missing, " "))
 }
 
-// fetchInputs returns the path of every input, verified, fetching the
-// missing ones into the cache's sources directory.
-func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string, error) {
+// fetchInputs returns the path of every input in list, verified, fetching
+// the missing ones into the cache's sources directory. The fetched files
+// are all verified before any is stored: one whose SHA-256 is not its pin
+// is an error matching npm.ErrIntegrity that names it, and none is kept.
+func fetchInputs(ctx context.Context, d dirs, opts *Options, list []Input) (map[string]string, error) {
 	files := map[string]string{}
 	var missing []Input
-	for _, in := range Inputs {
+	for _, in := range list {
 		p := filepath.Join(d.sources, in.File)
 		if err := verifyFile(p, in); err == nil {
 			files[in.Package] = p
@@ -220,14 +216,17 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string,
 		return files, nil
 	}
 	suites := map[string]bool{}
-	var list []string
-	for _, in := range Inputs {
+	var suiteList []string
+	for _, in := range list {
 		if !suites[in.Suite] {
 			suites[in.Suite] = true
-			list = append(list, in.Suite)
+			suiteList = append(suiteList, in.Suite)
 		}
 	}
-	f, err := newFetcher(d.apt, list...)
+	f, err := newFetcher(d.apt, suiteList...)
+	if errors.Is(err, aptfetch.ErrNoMirror) {
+		return nil, fmt.Errorf("%w, %w: %s", err, ErrNoToolchain, elsewhere)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +235,9 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string,
 	defer os.RemoveAll(d.apt)
 	opts.progress(npm.Progress{Stage: "fetch", Step: "apt-get update"})
 	if err := f.Update(ctx); err != nil {
-		return nil, err
+		// Another distribution's mirror (Ubuntu's) passes MachineMirror
+		// but has no Debian suites.
+		return nil, fmt.Errorf("%w\nthe build needs a Debian mirror in the machine's apt sources; where there is none, %s", err, elsewhere)
 	}
 	if err := os.MkdirAll(d.tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("cpython: %w", err)
@@ -246,25 +247,43 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string,
 		return nil, fmt.Errorf("cpython: %w", err)
 	}
 	defer os.RemoveAll(dl)
+	// The sources one by one, the binary packages (the toolchain's are
+	// most of them) with one apt-get download.
+	var binaries, names []string
+	for i, in := range missing {
+		if in.Kind == Binary {
+			binaries = append(binaries, in.Package+"="+in.Version)
+			names = append(names, in.Package)
+			continue
+		}
+		opts.progress(npm.Progress{Stage: "fetch", Step: in.File, Done: int64(i), Total: int64(len(missing))})
+		if err := f.Source(ctx, dl, in.Package, in.Version); err != nil {
+			return nil, fmt.Errorf("cpython: fetch %s %s (%s): %w", in.Package, in.Version, in.Suite, err)
+		}
+		if err := verifyFile(filepath.Join(dl, in.File), in); err != nil {
+			return nil, err
+		}
+	}
+	if len(binaries) > 0 {
+		opts.progress(npm.Progress{Stage: "fetch", Step: strings.Join(names, " "), Done: int64(len(missing) - len(binaries)), Total: int64(len(missing))})
+		if err := f.Binary(ctx, dl, binaries...); err != nil {
+			return nil, fmt.Errorf("cpython: fetch %s: %w", strings.Join(binaries, " "), err)
+		}
+		for _, in := range missing {
+			if in.Kind != Binary {
+				continue
+			}
+			if err := verifyFile(filepath.Join(dl, in.File), in); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := os.MkdirAll(d.sources, 0o755); err != nil {
 		return nil, fmt.Errorf("cpython: %w", err)
 	}
-	for i, in := range missing {
-		opts.progress(npm.Progress{Stage: "fetch", Step: in.File, Done: int64(i), Total: int64(len(missing))})
-		if in.Kind == Binary {
-			err = f.Binary(ctx, dl, in.Package, in.Version)
-		} else {
-			err = f.Source(ctx, dl, in.Package, in.Version)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("cpython: fetch %s %s: %w", in.Package, in.Version, err)
-		}
-		got := filepath.Join(dl, in.File)
-		if err := verifyFile(got, in); err != nil {
-			return nil, err
-		}
+	for _, in := range missing {
 		p := filepath.Join(d.sources, in.File)
-		if err := os.Rename(got, p); err != nil {
+		if err := os.Rename(filepath.Join(dl, in.File), p); err != nil {
 			return nil, fmt.Errorf("cpython: %w", err)
 		}
 		files[in.Package] = p
@@ -276,7 +295,7 @@ func fetchInputs(ctx context.Context, d dirs, opts *Options) (map[string]string,
 type fetcher interface {
 	Update(ctx context.Context) error
 	Source(ctx context.Context, dir, pkg, version string) error
-	Binary(ctx context.Context, dir, pkg, version string) error
+	Binary(ctx context.Context, dir string, pkgVersions ...string) error
 }
 
 // newFetcher makes the fetcher; tests replace it.
@@ -350,7 +369,13 @@ func writeAtomic(path string, b []byte) error {
 // run runs a command in dir with env added to a clean base environment,
 // its output going to a log; a failure returns the log's tail.
 func (b *builder) run(ctx context.Context, dir string, env []string, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
+	path := name
+	if _, ok := toolchainPrograms[name]; ok {
+		// exec looks a bare name up on this process's PATH, not the
+		// build's: the toolchain's programs by their wrappers' paths.
+		path = filepath.Join(b.toolchainBin(), name)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = dir
 	cmd.Env = append(b.baseEnv(), env...)
 	var out bytes.Buffer
@@ -374,7 +399,7 @@ func (b *builder) run(ctx context.Context, dir string, env []string, name string
 
 func (b *builder) baseEnv() []string {
 	return []string{
-		"PATH=" + b.llvmBin + ":" + os.Getenv("PATH"),
+		"PATH=" + b.toolchainBin() + ":" + os.Getenv("PATH"),
 		"HOME=" + b.w,
 		"LC_ALL=C",
 		"TZ=UTC",

@@ -65,6 +65,17 @@ var ErrNotBuilt = errors.New("cpython: the CPython " + PythonVersion + " guest i
 // the error's message names the Debian packages to install.
 var ErrMissingTools = errors.New("cpython: build tools are missing")
 
+// ErrNoToolchain reports that the build cannot fetch its cross toolchain
+// here: a machine without apt or a Debian mirror in its apt sources, or an
+// architecture without pinned packages. Its message says how to get the
+// guest from another machine.
+var ErrNoToolchain = errors.New("cpython: no pinned cross toolchain")
+
+// elsewhere says how to get the guest where it cannot be built.
+const elsewhere = "build the guest on a Debian machine or in a Debian container " +
+	"(README, \"Building the guest elsewhere\", has the docker run command), " +
+	"write it to a file there with `fumehood guest export FILE`, and load it here with `fumehood guest import FILE`"
+
 // Options configure the build. The zero value uses the defaults.
 type Options struct {
 	// CacheDir overrides the cache directory (see npm.CacheDir).
@@ -106,6 +117,9 @@ type Info struct {
 	Inputs []Input `json:"inputs"`
 	// Toolchain is the compiler's version line.
 	Toolchain string `json:"toolchain"`
+	// ToolchainInputs are the pinned packages of the cross toolchain the
+	// build fetched (ToolchainInputs), for the machine's architecture.
+	ToolchainInputs []Input `json:"toolchain_inputs,omitempty"`
 	// Flags are the cross build's compiler flags and configure arguments;
 	// $W stands for the temporary build directory.
 	Flags []string `json:"flags"`
@@ -136,11 +150,12 @@ type Info struct {
 // key, so that loading a built guest needs no compiler.
 func Key() string {
 	b, _ := json.Marshal(struct {
-		Recipe int
-		Python string
-		Inputs []Input
-		Flags  []string
-	}{Recipe, PythonVersion, Inputs, crossFlags("$W")})
+		Recipe    int
+		Python    string
+		Inputs    []Input
+		Toolchain []string
+		Flags     []string
+	}{Recipe, PythonVersion, Inputs, toolchainIDs(toolchainPins), crossFlags("$W")})
 	return pipeline.Digest(b)
 }
 

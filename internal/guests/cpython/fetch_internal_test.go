@@ -5,18 +5,21 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/internal/aptfetch"
 	"github.com/fumehood/fumehood/internal/guests/npm"
 )
 
-// fakeFetcher writes, for every input asked for, the content content
-// returns under the input's file name, as apt would.
+// fakeFetcher writes, for every input of list (Inputs if nil) asked for,
+// the content content returns under the input's file name, as apt would.
 type fakeFetcher struct {
 	content func(in Input) []byte
+	list    []Input
 	asked   []string
 }
 
@@ -26,13 +29,23 @@ func (f *fakeFetcher) Source(_ context.Context, dir, pkg, version string) error 
 	return f.write(dir, pkg, version)
 }
 
-func (f *fakeFetcher) Binary(_ context.Context, dir, pkg, version string) error {
-	return f.write(dir, pkg, version)
+func (f *fakeFetcher) Binary(_ context.Context, dir string, pkgVersions ...string) error {
+	for _, pv := range pkgVersions {
+		pkg, version, _ := strings.Cut(pv, "=")
+		if err := f.write(dir, pkg, version); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *fakeFetcher) write(dir, pkg, version string) error {
 	f.asked = append(f.asked, pkg+"="+version)
-	for _, in := range Inputs {
+	list := f.list
+	if list == nil {
+		list = Inputs
+	}
+	for _, in := range list {
 		if in.Package == pkg && in.Version == version {
 			return os.WriteFile(filepath.Join(dir, in.File), f.content(in), 0o644)
 		}
@@ -54,7 +67,7 @@ func TestFetchTamperedInputCachesNothing(t *testing.T) {
 	opts := &Options{CacheDir: t.TempDir()}
 	d, err := opts.dirs()
 	require.NoError(t, err)
-	_, err = fetchInputs(context.Background(), d, opts)
+	_, err = fetchInputs(context.Background(), d, opts, Inputs)
 	require.ErrorIs(t, err, npm.ErrIntegrity)
 	assert.Contains(t, err.Error(), Inputs[0].File)
 	assert.Equal(t, []string{Inputs[0].Package + "=" + Inputs[0].Version}, f.asked, "stops at the first bad file")
@@ -105,15 +118,51 @@ func TestKeyCoversInputs(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// TestMissingToolsNamePackages: with nothing on PATH, the error names the
-// Debian packages to install.
+// TestMissingToolsNamePackages: with apt but without the native build
+// tools, the error names their Debian packages and none of the cross
+// toolchain's, which the build fetches.
 func TestMissingToolsNamePackages(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	_, err := CheckTools()
+	bin := t.TempDir()
+	for _, c := range []string{"apt-get", "dpkg-deb"} {
+		require.NoError(t, os.WriteFile(filepath.Join(bin, c), []byte("#!/bin/sh\n"), 0o755))
+	}
+	t.Setenv("PATH", bin)
+	err := CheckTools()
 	require.ErrorIs(t, err, ErrMissingTools)
-	for _, pkg := range []string{"clang-19", "lld-19", "llvm-19", "tcl", "apt-get install"} {
+	assert.NotErrorIs(t, err, ErrNoToolchain)
+	for _, pkg := range []string{"apt-get install", "gcc", "make", "tcl", "xz-utils"} {
 		assert.Contains(t, err.Error(), pkg)
 	}
+	for _, pkg := range []string{"clang", "lld", "llvm"} {
+		assert.NotContains(t, err.Error(), pkg)
+	}
+}
+
+// TestNoAptSaysImport: on a machine without apt (macOS, another
+// distribution) the error says how to get the guest from elsewhere.
+func TestNoAptSaysImport(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := CheckTools()
+	require.ErrorIs(t, err, ErrMissingTools)
+	require.ErrorIs(t, err, ErrNoToolchain)
+	for _, s := range []string{"Debian", "fumehood guest export", "fumehood guest import", "docker run"} {
+		assert.Contains(t, err.Error(), s)
+	}
+}
+
+// TestNoMirrorSaysImport: apt without a Debian mirror (another
+// distribution's archive) is the same advice.
+func TestNoMirrorSaysImport(t *testing.T) {
+	old := newFetcher
+	newFetcher = func(string, ...string) (fetcher, error) { return nil, aptfetch.ErrNoMirror }
+	t.Cleanup(func() { newFetcher = old })
+	opts := &Options{CacheDir: t.TempDir()}
+	d, err := opts.dirs()
+	require.NoError(t, err)
+	_, err = fetchInputs(context.Background(), d, opts, Inputs)
+	require.ErrorIs(t, err, aptfetch.ErrNoMirror)
+	require.ErrorIs(t, err, ErrNoToolchain)
+	assert.Contains(t, err.Error(), "fumehood guest import")
 }
 
 // TestBuildWithoutToolsStoresNothing: a build that cannot start leaves the

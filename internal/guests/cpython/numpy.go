@@ -52,13 +52,10 @@ var NumpyInputs = []LocalInput{
 }
 
 // NumpyTools are what the numpy variant needs installed beyond [Tools]:
-// ninja for meson, and LLVM 19's C++ library for wasm32-wasi (numpy's sort,
-// string ufuncs, linalg and FFT are C++).
+// ninja for meson. LLVM 19's C++ library for wasm32-wasi comes with the
+// fetched toolchain (ToolchainInputs).
 var NumpyTools = []Tool{
-	{"clang++-19", "clang-19"},
 	{"ninja", "ninja-build"},
-	{"/usr/lib/llvm-19/lib/wasm32-wasi/libc++.a", "libc++-19-dev-wasm32"},
-	{"/usr/lib/llvm-19/lib/wasm32-wasi/libc++abi.a", "libc++abi-19-dev-wasm32"},
 }
 
 // ErrUnknownPart reports an Options.With entry that is not a known part.
@@ -323,7 +320,7 @@ func (b *builder) numpyCrossFile() string {
 	sysroot := "--sysroot=" + b.path("wasi-libc", "usr")
 	return "[binaries]\n" +
 		"c = " + pyList(wrap, "clang-19", "--target=wasm32-wasi", sysroot) + "\n" +
-		"cpp = " + pyList(wrap, "clang++-19", "--target=wasm32-wasi", sysroot, "-isystem", "/usr/lib/llvm-19/include/wasm32-wasi/c++/v1") + "\n" +
+		"cpp = " + pyList(wrap, "clang++-19", "--target=wasm32-wasi", sysroot, "-isystem", b.toolchainDir(llvmDir, "include", "wasm32-wasi", "c++", "v1")) + "\n" +
 		"ar = 'llvm-ar-19'\nstrip = 'llvm-strip-19'\n" +
 		"python = " + pyList(b.path("native", "python")) + "\n" +
 		"pkg-config = 'pkg-config'\n\n" +
@@ -442,7 +439,7 @@ func (b *builder) numpyLink(ctx context.Context) error {
 	}
 	// numpy parses and prints long double (IEEE quad on wasm32), which
 	// wasi-libc keeps in a library of its own.
-	link = append(link, b.path("numpy-tools", "numpy_cxa.o"), "-L/usr/lib/llvm-19/lib/wasm32-wasi", "-lc++", "-lc++abi",
+	link = append(link, b.path("numpy-tools", "numpy_cxa.o"), "-L"+b.toolchainDir(llvmDir, "lib", "wasm32-wasi"), "-lc++", "-lc++abi",
 		"-lc-printscan-long-double")
 	// The relink keeps the cross build's stack and initial memory
 	// (stackLDFlags), which make takes from its command line only.

@@ -14,6 +14,7 @@ import (
 // builder runs the build's steps in its work directory w:
 //
 //	w/Python-3.13.5, w/zlib-1.3.1, ...  the extracted sources
+//	w/toolchain                          the cross toolchain (toolchain.go)
 //	w/wasi-libc/usr                      the WASI sysroot (trixie's wasi-libc)
 //	w/tz/usr/share/zoneinfo              the compiled zone files
 //	w/native                             the build Python
@@ -21,11 +22,12 @@ import (
 //	w/cross                              the cross build of CPython
 //	w/stdlib                             the standard library, compiled
 type builder struct {
-	w       string
-	files   map[string]string // package -> verified input file
-	jobs    int
-	llvmBin string
-	logs    int
+	w         string
+	files     map[string]string // package -> verified input file
+	jobs      int
+	toolchain []Input // the cross toolchain's packages (ToolchainInputs)
+	tcVersion string  // clang's version line (unpackToolchain)
+	logs      int
 }
 
 type buildStep struct {
@@ -43,6 +45,7 @@ const (
 
 func (b *builder) steps() []buildStep {
 	return []buildStep{
+		{"toolchain", b.unpackToolchain},
 		{"extract", b.extract},
 		{"native python", b.native},
 		{"zlib", b.zlib},

@@ -44,11 +44,12 @@ func (o *Options) key() (string, error) {
 		return Key(), err
 	}
 	b, _ := json.Marshal(struct {
-		Base   string
-		With   []string
-		Inputs []LocalInput
-		Flags  []string
-	}{Key(), parts, NumpyInputs, numpyFlags()})
+		Base      string
+		With      []string
+		Inputs    []LocalInput
+		Toolchain []string
+		Flags     []string
+	}{Key(), parts, NumpyInputs, toolchainIDs(numpyToolchainPins), numpyFlags()})
 	return pipeline.Digest(b), nil
 }
 
