@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -232,4 +233,24 @@ func TestStoreBadConversationName(t *testing.T) {
 		assert.ErrorIs(t, r.Err, sessionstore.ErrBadName)
 		assert.Empty(t, r.Stdout)
 	}
+}
+
+// TestStoreOnOutput: with a store, a run's output streams to OnOutput as
+// it does in memory.
+func TestStoreOnOutput(t *testing.T) {
+	st, err := sessionstore.Open(context.Background(), t.TempDir(), nil)
+	require.NoError(t, err)
+	defer st.Close()
+	var mu sync.Mutex
+	var got strings.Builder
+	tool := newTool(t, &codetool.Options{Store: st, OnOutput: func(conversation, stream, text string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(&got, "%s %s %s", conversation, stream, text)
+	}})
+	r := tool.Call(context.Background(), "out", args("print('hi')"))
+	require.False(t, r.IsError, r.Text())
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "out stdout hi\n", got.String())
 }
