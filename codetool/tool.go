@@ -16,6 +16,7 @@ import (
 
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sessionstore"
 )
 
 // Errors of a Result's Err (errors.Is).
@@ -93,6 +94,24 @@ type Options struct {
 	// Setup, if set, prepares each new session, before its first run:
 	// upload the conversation's data with s.Files().WriteFile.
 	Setup func(ctx context.Context, conversation string, s *sandbox.Session) error
+	// Store, if set, keeps the conversations: each call takes its
+	// conversation's lease, runs on the session of the conversation's
+	// latest committed state (resumed from the store unless this tool holds
+	// it live), and commits the new state, so that any tool sharing the
+	// store, in any process, serves any conversation. A call whose state
+	// could not be committed (another call committed first, the lease was
+	// lost, the store failed) is an error result and leaves the
+	// conversation as it was. IdleTimeout does not apply: the store's TTL
+	// does; conversation names must pass sessionstore.CheckName (an
+	// ErrBadName result otherwise); MaxSessions bounds the sessions kept
+	// live between calls (awake
+	// for sessionstore.DefaultHibernateAfter after a call, then
+	// hibernated). The tool does not close the store.
+	Store sessionstore.Store
+	// LeaseTTL is how long a call holds its conversation in the Store
+	// without renewing it (sessionstore.SessionsOptions.LeaseTTL); 0 means
+	// sessionstore.DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
 
 // Tool runs the calls of any number of conversations, each in its own
@@ -104,6 +123,12 @@ type Tool struct {
 	limits sandbox.Limits // Options.Limits with the defaults applied
 
 	instructions string // InstructionsFor the guest and network
+
+	stored *sessionstore.Sessions // with Options.Store; nil without
+	// With a Store, Close cancels storedCtx and waits for storedCalls.
+	storedCtx   context.Context
+	stopStored  context.CancelCauseFunc
+	storedCalls sync.WaitGroup
 
 	mu      sync.Mutex
 	closed  bool
@@ -170,8 +195,19 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil) + " " + limitsText(l, o.IdleTimeout),
-		convs: map[string]*conv{}, expired: map[string]gone{}}, nil
+	idle := o.IdleTimeout
+	if o.Store != nil {
+		idle = 0 // the store's TTL applies, which the tool does not know
+	}
+	t := &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil) + " " + limitsText(l, idle),
+		convs: map[string]*conv{}, expired: map[string]gone{}}
+	if o.Store != nil {
+		t.stored = sessionstore.NewSessions(o.Store, py, &sessionstore.SessionsOptions{
+			Config:   &sandbox.Config{Network: o.Network, Limits: o.Limits},
+			LeaseTTL: o.LeaseTTL, MaxLive: o.MaxSessions})
+		t.storedCtx, t.stopStored = context.WithCancelCause(context.Background())
+	}
+	return t, nil
 }
 
 // Instructions says what this tool's sandbox has and lacks, for a model:
@@ -249,6 +285,13 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	// The session lowers its limits by the request (never raises them);
 	// a request above them gets the model a note.
 	raised := t.limits.Timeout >= 0 && req.Timeout > t.limits.Timeout
+	if t.stored != nil {
+		r := t.callStored(ctx, conversation, in, req)
+		if raised {
+			r.Notes = append(r.Notes, fmt.Sprintf("timeout_ms %d is above this tool's limit; the run had %v", in.TimeoutMS, t.limits.Timeout))
+		}
+		return r
+	}
 	c, why, err := t.acquire(ctx, conversation)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
@@ -272,12 +315,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	}()
 
 	w := WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
-	ro := &sandbox.RunOptions{Limits: req}
-	if f := t.opts.OnOutput; f != nil {
-		ro.Stdout = outputFunc(func(text string) { f(conversation, "stdout", text) })
-		ro.Stderr = outputFunc(func(text string) { f(conversation, "stderr", text) })
-	}
-	res, err := c.s.Run(ctx, in.Code, ro)
+	res, err := c.s.Run(ctx, in.Code, t.runOptions(conversation, req))
 	if errors.Is(err, sandbox.ErrClosed) {
 		// A run stopped while files were open could not be rolled back.
 		t.endLocked(conversation, c)
@@ -304,6 +342,71 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		}
 	}
 	return r
+}
+
+// callStored runs a call on the conversation's session from the Store,
+// and commits it.
+func (t *Tool) callStored(ctx context.Context, conversation string, in Input, req sandbox.Limits) *Result {
+	t.mu.Lock()
+	closed := t.closed
+	if !closed {
+		t.storedCalls.Add(1)
+	}
+	t.mu.Unlock()
+	if closed {
+		return errResult(ErrClosed, t.limits.MaxOutput)
+	}
+	defer t.storedCalls.Done()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(t.storedCtx, func() { cancel(ErrClosed) })
+	defer stop()
+	var r *Result
+	err := t.stored.Do(ctx, conversation, func(ctx context.Context, s *sandbox.Session, fresh bool) error {
+		if fresh && t.opts.Setup != nil {
+			if err := t.opts.Setup(ctx, conversation, s); err != nil {
+				return fmt.Errorf("codetool: setting up the session: %w", err)
+			}
+		}
+		w := WatchFiles(s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
+		res, err := s.Run(ctx, in.Code, t.runOptions(conversation, req))
+		r = FromRun(res, err, t.limits.MaxOutput)
+		if errors.Is(err, sandbox.ErrClosed) {
+			return err // stopped with files open: nothing to commit
+		}
+		if res != nil {
+			if r.Files, err = w.Changed(); err != nil {
+				r.cut("files")
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return r
+	case r == nil || !errors.Is(err, sandbox.ErrClosed):
+		// The code did not run, or ran and its state could not be
+		// committed: the model sees the failure, not the discarded output.
+		r = errResult(fmt.Errorf("codetool: conversation %q: %w", conversation, err), t.limits.MaxOutput)
+		if errors.Is(err, sessionstore.ErrConflict) || errors.Is(err, sessionstore.ErrLeaseLost) {
+			r.Notes = append(r.Notes, "another call of this conversation ran at the same time and was kept instead of this one: "+
+				"this call's effects are discarded; the variables and files are as that call left them")
+		}
+		return r
+	}
+	r.Notes = append(r.Notes, "the session was closed: this call's effects are discarded, and the next call continues from the state before it")
+	return r
+}
+
+// runOptions are a call's run options: its limits, its output to
+// Options.OnOutput.
+func (t *Tool) runOptions(conversation string, req sandbox.Limits) *sandbox.RunOptions {
+	ro := &sandbox.RunOptions{Limits: req}
+	if f := t.opts.OnOutput; f != nil {
+		ro.Stdout = outputFunc(func(text string) { f(conversation, "stdout", text) })
+		ro.Stderr = outputFunc(func(text string) { f(conversation, "stderr", text) })
+	}
+	return ro
 }
 
 // outputFunc is an io.Writer that hands each write to a function.
@@ -516,8 +619,12 @@ func (t *Tool) endLocked(id string, c *conv) {
 
 // End closes a conversation's session, waiting for its call in progress
 // until ctx is done. A later call of the conversation starts a fresh one.
-// Ending a conversation without a session does nothing.
+// Ending a conversation without a session does nothing. With a Store,
+// End deletes the conversation from it, holding its lease.
 func (t *Tool) End(ctx context.Context, conversation string) error {
+	if t.stored != nil {
+		return t.stored.Delete(ctx, conversation)
+	}
 	t.mu.Lock()
 	c := t.convs[conversation]
 	t.mu.Unlock()
@@ -538,6 +645,9 @@ func (t *Tool) End(ctx context.Context, conversation string) error {
 
 // Sessions returns how many conversations have a live session.
 func (t *Tool) Sessions() int {
+	if t.stored != nil {
+		return t.stored.Live()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.convs)
@@ -559,6 +669,11 @@ func (t *Tool) Close() error {
 		}
 	}
 	t.mu.Unlock()
+	if t.stored != nil {
+		t.stopStored(ErrClosed)
+		t.storedCalls.Wait()
+		t.stored.Close()
+	}
 	for _, c := range all {
 		c.turn <- struct{}{}
 		if !c.ended {

@@ -362,7 +362,9 @@ func TestRunLimitsOnlyLower(t *testing.T) {
 	defer zero.Close()
 	res, err = zero.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{MaxOutput: 2 * sandbox.DefaultMaxOutput}}, "write", strconv.Itoa(sandbox.DefaultMaxOutput+10))
 	require.NoError(t, err)
-	assert.Len(t, res.Stdout, sandbox.DefaultMaxOutput)
+	assert.True(t, res.StdoutTruncated, "the default MaxOutput, not the run's")
+	assert.LessOrEqual(t, len(res.Stdout), sandbox.DefaultMaxOutput)
+	assert.Contains(t, string(res.Stdout), "[... ")
 	eff, err := sandbox.Limits{}.Lower(sandbox.Limits{Timeout: time.Hour, Fuel: sandbox.UnlimitedFuel, Memory: 1 << 32, MaxOutput: 1 << 30})
 	require.NoError(t, err)
 	assert.Equal(t, sandbox.Limits{Timeout: sandbox.DefaultTimeout, Fuel: int64(sandbox.DefaultTimeout/time.Second) * sandbox.DefaultFuelPerSecond,

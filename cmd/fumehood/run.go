@@ -272,6 +272,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	code := fs.String("c", "", "Python code to run")
 	stats := fs.Bool("stats", false, "print one JSON line of statistics on stderr after the run")
+	store := fs.String("store", "", "keep the --session in this store: a directory, file:///DIR or nats://HOST:PORT (key: $"+storeKeyEnv+")")
+	session := fs.String("session", "", "run in this named session of the --store (created on first use) and commit it")
 	var c common
 	c.register(fs)
 	if help, err := parse(fs, args); help || err != nil {
@@ -312,7 +314,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		name = rest[0] // sys.argv[0] and the tracebacks' file name
 	}
 
-	sessions := *c.resume != "" || *c.snapshot != ""
+	stored := *store != "" || *session != ""
+	switch {
+	case stored && (*store == "" || *session == ""):
+		return 0, &usageError{"--store and --session go together"}
+	case stored && (*c.resume != "" || *c.snapshot != ""):
+		return 0, &usageError{"--store keeps the session: it takes no --resume or --snapshot"}
+	}
+	sessions := stored || *c.resume != "" || *c.snapshot != ""
 	if sessions && len(progArgs) > 0 {
 		return 0, &usageError{"a session run takes no ARGS"}
 	}
@@ -323,6 +332,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	defer py.Close()
 
 	var res *sandbox.Result
+	if stored {
+		res, err = c.runStored(ctx, py, lim, *store, *session, src, cfg, stdout)
+		if *stats && res != nil {
+			writeStats(stderr, res, err)
+		}
+		return exitStatus(res, err)
+	}
 	if sessions {
 		s, err := c.openSession(ctx, py, lim)
 		if err != nil {

@@ -5,6 +5,15 @@
 //	go run ./examples/serverless               # a demo: serve, send three requests, stop
 //	go run ./examples/serverless -listen :8080 # serve until interrupted
 //	curl -d '{"code": "print(6 * 7)"}' localhost:8080/run
+//
+// With -store, it is also stateful: POST /conversations/NAME/run resumes
+// the conversation NAME from the store (a directory or nats://), runs,
+// and commits it, so that any instance of the function, in any process,
+// continues it.
+//
+//	go run ./examples/serverless -listen :8080 -store /tmp/fumehood-sessions
+//	curl -d '{"code": "x = 41"}' localhost:8080/conversations/demo/run
+//	curl -d '{"code": "print(x + 1)"}' localhost:8080/conversations/demo/run
 package main
 
 import (
@@ -23,6 +32,8 @@ import (
 	"time"
 
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sessionstore"
+	_ "github.com/fumehood/fumehood/sessionstore/natsstore" // -store nats://
 )
 
 // runRequest is what a client sends.
@@ -46,6 +57,8 @@ type runResponse struct {
 	Limit    string `json:"limit,omitempty"`
 	FuelUsed int64  `json:"fuel_used"`
 	Millis   int64  `json:"ms"`
+	// Value is the repr of a conversation's code's last expression.
+	Value string `json:"value,omitempty"`
 }
 
 // handler serves POST /run. It is safe for concurrent use: the guest is
@@ -65,11 +78,8 @@ var defaultLimits = sandbox.Limits{
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var req runRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+	req, ok := decode(w, r)
+	if !ok {
 		return
 	}
 
@@ -88,14 +98,37 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	// A flood of output ends the run instead of being dropped. The
-	// request's timeout can only lower the sandbox's.
+	opts := runOptions(req)
+	// The request's context: a client that hangs up stops the run.
+	res, err := sb.Run(r.Context(), req.Code, opts)
+	respond(w, res, err)
+}
+
+// decode reads a request, answering 400 to a bad one.
+func decode(w http.ResponseWriter, r *http.Request) (runRequest, bool) {
+	var req runRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return req, false
+	}
+	return req, true
+}
+
+// runOptions are a request's run options: a flood of output ends the run
+// instead of being dropped, and the request's timeout can only lower the
+// sandbox's.
+func runOptions(req runRequest) *sandbox.RunOptions {
 	opts := &sandbox.RunOptions{StopAtOutputLimit: true}
 	if t := time.Duration(req.TimeoutMS) * time.Millisecond; t > 0 {
 		opts.Limits.Timeout = t
 	}
-	// The request's context: a client that hangs up stops the run.
-	res, err := sb.Run(r.Context(), req.Code, opts)
+	return opts
+}
+
+// respond writes a run's outcome.
+func respond(w http.ResponseWriter, res *sandbox.Result, err error) {
 	if res == nil {
 		// The run never started: a fault of the host, not of the code.
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -103,13 +136,59 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := runResponse{
 		Stdout: string(res.Stdout), Stderr: string(res.Stderr), ExitCode: res.ExitCode,
-		Limit: limitName(err), FuelUsed: res.FuelUsed, Millis: res.Duration.Milliseconds(),
+		Limit: limitName(err), FuelUsed: res.FuelUsed, Millis: res.Duration.Milliseconds(), Value: res.Value,
 	}
 	if err != nil {
 		resp.Error = err.Error()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(&resp)
+}
+
+// conversations serves POST /conversations/{name}/run: the conversation's
+// session resumed from the store (or a new one), the run, the commit. It
+// keeps no session between requests, as a function instance may not live
+// to see the next one.
+type conversations struct {
+	runs *sessionstore.Sessions
+}
+
+func (c *conversations) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := sessionstore.CheckName(name); err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	req, ok := decode(w, r)
+	if !ok {
+		return
+	}
+	var res *sandbox.Result
+	var runErr, badFile error
+	err := c.runs.Do(r.Context(), name, func(ctx context.Context, s *sandbox.Session, fresh bool) error {
+		for path, content := range req.Files {
+			if badFile = s.Files().WriteFile(path, []byte(content)); badFile != nil {
+				return badFile
+			}
+		}
+		res, runErr = s.Run(ctx, req.Code, runOptions(req))
+		if errors.Is(runErr, sandbox.ErrClosed) {
+			return runErr // nothing to commit
+		}
+		return nil // the state after an exception or a limit is kept too
+	})
+	switch {
+	case errors.Is(err, sessionstore.ErrBusy), errors.Is(err, sessionstore.ErrConflict), errors.Is(err, sessionstore.ErrLeaseLost):
+		// Another request of the conversation ran; this one's effects
+		// are discarded: the client may send it again.
+		http.Error(w, err.Error(), http.StatusConflict)
+	case badFile != nil:
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		respond(w, res, runErr)
+	}
 }
 
 // limitName names the limit that stopped a run, if one did.
@@ -127,21 +206,27 @@ func limitName(err error) string {
 	return ""
 }
 
-// newMux routes POST /run to a handler running code with py.
-func newMux(py *sandbox.Guest, limits sandbox.Limits) *http.ServeMux {
+// newMux routes POST /run to a handler running code with py and, with a
+// store, POST /conversations/{name}/run to the conversations in it.
+func newMux(py *sandbox.Guest, limits sandbox.Limits, st sessionstore.Store) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("POST /run", &handler{py: py, limits: limits})
+	if st != nil {
+		mux.Handle("POST /conversations/{name}/run", &conversations{runs: sessionstore.NewSessions(st, py,
+			&sessionstore.SessionsOptions{Config: &sandbox.Config{Limits: limits}, MaxLive: -1})})
+	}
 	return mux
 }
 
 func main() {
 	listen := flag.String("listen", "", "serve on this address until interrupted, instead of the demo")
+	store := flag.String("store", "", "serve conversations kept in this store: a directory or nats://host:port")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var err error
 	if *listen != "" {
-		err = serve(ctx, *listen)
+		err = serve(ctx, *listen, *store)
 	} else {
 		err = run(ctx, os.Stdout)
 	}
@@ -151,14 +236,22 @@ func main() {
 	}
 }
 
-// serve serves on addr until ctx is done.
-func serve(ctx context.Context, addr string) error {
+// serve serves on addr until ctx is done, with the conversations of the
+// store at storeURL if it is not empty.
+func serve(ctx context.Context, addr, storeURL string) error {
 	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer py.Close()
-	srv := &http.Server{Addr: addr, Handler: newMux(py, defaultLimits), ReadHeaderTimeout: 5 * time.Second}
+	var st sessionstore.Store
+	if storeURL != "" {
+		if st, err = sessionstore.Open(ctx, storeURL, nil); err != nil {
+			return err
+		}
+		defer st.Close()
+	}
+	srv := &http.Server{Addr: addr, Handler: newMux(py, defaultLimits, st), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Shutdown(context.Background())
@@ -185,7 +278,7 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newMux(py, defaultLimits)}
+	srv := &http.Server{Handler: newMux(py, defaultLimits, nil)}
 	go srv.Serve(ln)
 	defer srv.Shutdown(context.Background())
 	url := "http://" + ln.Addr().String() + "/run"

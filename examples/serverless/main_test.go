@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+	"github.com/fumehood/fumehood/sessionstore"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,7 +33,7 @@ while True: pass
 // limit, and checks that each gets its own answer.
 func TestConcurrentRequests(t *testing.T) {
 	ctx := context.Background()
-	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits))
+	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits, nil))
 	defer srv.Close()
 
 	cases := []struct {
@@ -76,7 +78,7 @@ func TestConcurrentRequests(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits))
+	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits, nil))
 	defer srv.Close()
 
 	for name, body := range map[string]string{
@@ -95,4 +97,47 @@ func TestBadRequests(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+}
+
+// TestStatefulTwoInstances: two instances of the function, sharing a
+// store, take turns on one conversation: each continues the other's state.
+func TestStatefulTwoInstances(t *testing.T) {
+	ctx := context.Background()
+	st, err := sessionstore.Open(ctx, t.TempDir(), nil)
+	require.NoError(t, err)
+	defer st.Close()
+	var instances []*httptest.Server
+	for range 2 {
+		srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits, st))
+		defer srv.Close()
+		instances = append(instances, srv)
+	}
+	url := func(i int, name string) string { return instances[i%2].URL + "/conversations/" + name + "/run" }
+	resp, err := post(ctx, url(0, "demo"), runRequest{Code: "x = 41", Files: map[string]string{"/work/note": "kept"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, resp.ExitCode, resp.Stderr)
+	for i := 1; i <= 4; i++ {
+		resp, err = post(ctx, url(i, "demo"), runRequest{Code: "x += 1; x"})
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprint(41+i), resp.Value, "instance %d", i%2)
+	}
+	resp, err = post(ctx, url(1, "demo"), runRequest{Code: "print(open('/work/note').read())"})
+	require.NoError(t, err)
+	assert.Equal(t, "kept\n", resp.Stdout)
+	resp, err = post(ctx, url(0, "other"), runRequest{Code: "'x' in globals()"})
+	require.NoError(t, err)
+	assert.Equal(t, "False", resp.Value, "conversations are apart")
+
+	_, err = post(ctx, url(0, "a..b"), runRequest{Code: "1"})
+	assert.ErrorContains(t, err, "400")
+	_, err = post(ctx, url(0, "demo"), runRequest{Code: "x = 0", Files: map[string]string{"relative": "x"}})
+	assert.ErrorContains(t, err, "400")
+	resp, err = post(ctx, url(1, "demo"), runRequest{Code: "x"})
+	require.NoError(t, err)
+	assert.Equal(t, "45", resp.Value, "a bad request commits nothing")
+	// Without a store the route is not there.
+	plain := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits, nil))
+	defer plain.Close()
+	_, err = post(ctx, plain.URL+"/conversations/demo/run", runRequest{Code: "1"})
+	assert.ErrorContains(t, err, "404")
 }

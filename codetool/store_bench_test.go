@@ -1,0 +1,156 @@
+package codetool_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+	"github.com/fumehood/fumehood/sessionstore"
+	"github.com/fumehood/fumehood/sessionstore/natsstore/natstest"
+)
+
+// BenchmarkStoreCall: one call of x += 1, side by side: in memory (no
+// store), and through a directory store and a local NATS server, on the
+// fast path (the replica's live session is at the head) and resuming
+// (two replicas take turns, so every call resumes the other's commit).
+// It reports the p50 and p99 of a call and the snapshot's size.
+//
+//	go test ./codetool -run '^$' -bench BenchmarkStoreCall -benchtime 200x
+func BenchmarkStoreCall(b *testing.B) {
+	ctx := context.Background()
+	urls := map[string]string{"dir": b.TempDir(), "nats": natstest.Run(b).URL()}
+	cases := []struct {
+		name, url string
+		replicas  int
+	}{
+		{"memory", "", 1},
+		{"dir/fast", urls["dir"], 1},
+		{"dir/resume", urls["dir"], 2},
+		{"nats/fast", urls["nats"], 1},
+		{"nats/resume", urls["nats"], 2},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			ts := benchTools(b, c.url, c.replicas, 0)
+			conv := "bench-" + strings.ReplaceAll(c.name, "/", "-")
+			// A session of some size: a quarter MB of state.
+			if r := ts[0].Call(ctx, conv, args("blob = bytes(range(256)) * 1024; x = 0")); r.IsError {
+				b.Fatal(r.Text())
+			}
+			times := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				start := time.Now()
+				r := ts[i%len(ts)].Call(ctx, conv, args("x += 1"))
+				times = append(times, time.Since(start))
+				if r.IsError {
+					b.Fatal(r.Text())
+				}
+			}
+			b.StopTimer()
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
+			if c.url != "" {
+				st, err := sessionstore.Open(ctx, c.url, &sessionstore.Options{Key: storeKey})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				h, err := st.Load(ctx, conv)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(h.Size), "snapshot-bytes")
+			}
+		})
+	}
+}
+
+// BenchmarkStoreThroughput: calls per second of x += 1, four at a time,
+// on one conversation and spread over 100, with one and two replicas
+// sharing a local NATS server, and in memory (one replica, no store).
+//
+//	go test ./codetool -run '^$' -bench BenchmarkStoreThroughput -benchtime 400x
+func BenchmarkStoreThroughput(b *testing.B) {
+	ctx := context.Background()
+	url := natstest.Run(b).URL()
+	for _, c := range []struct {
+		name         string
+		store        bool
+		convs, tools int
+	}{
+		{"memory/1conv", false, 1, 1},
+		{"memory/100conv", false, 100, 1},
+		{"nats/1conv/1replica", true, 1, 1},
+		{"nats/1conv/2replicas", true, 1, 2},
+		{"nats/100conv/1replica", true, 100, 1},
+		{"nats/100conv/2replicas", true, 100, 2},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			storeURL := ""
+			if c.store {
+				storeURL = url
+			}
+			ts := benchTools(b, storeURL, c.tools, 100)
+			conv := func(i int) string { return fmt.Sprintf("tp-%s-%d", strings.ReplaceAll(c.name, "/", "-"), i%c.convs) }
+			for i := range c.convs {
+				if r := ts[0].Call(ctx, conv(i), args(increment)); r.IsError {
+					b.Fatal(r.Text())
+				}
+			}
+			var next atomic.Int64
+			var failed atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for range 4 {
+				wg.Go(func() {
+					for {
+						i := int(next.Add(1)) - 1
+						if i >= b.N {
+							return
+						}
+						if r := ts[i%len(ts)].Call(ctx, conv(i), args(increment)); r.IsError {
+							failed.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+			b.ReportMetric(float64(failed.Load()), "failed")
+		})
+	}
+}
+
+// benchTools returns n tools (replicas), each with its own connection to
+// the store at url ("": none) and at most maxSessions live sessions.
+func benchTools(b *testing.B, url string, n, maxSessions int) []*codetool.Tool {
+	var out []*codetool.Tool
+	for range n {
+		o := &codetool.Options{MaxSessions: maxSessions}
+		if url != "" {
+			st, err := sessionstore.Open(context.Background(), url, &sessionstore.Options{Key: storeKey})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { st.Close() })
+			o.Store = st
+		}
+		tool, err := codetool.New(sandboxtest.Python(b), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { tool.Close() })
+		out = append(out, tool)
+	}
+	return out
+}

@@ -1,0 +1,256 @@
+package codetool_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sessionstore"
+	_ "github.com/fumehood/fumehood/sessionstore/natsstore" // nats:// URLs
+	"github.com/fumehood/fumehood/sessionstore/natsstore/natstest"
+)
+
+// storeKey is the replicas' operator key.
+var storeKey = []byte("codetool replicas key, 32 bytes.")
+
+// increment adds one to x, which the conversation's first call creates.
+const increment = "x = globals().get('x', 0) + 1; x"
+
+// replicaEnv names the store URL of a replica process; replicaLease its
+// lease ttl.
+const (
+	replicaEnv   = "FUMEHOOD_TEST_REPLICA_STORE"
+	replicaLease = "FUMEHOOD_TEST_REPLICA_LEASE"
+)
+
+// TestStoreReplicaProcess is a replica when run as a child of the tests
+// below: it serves the calls written on its standard input, one JSON
+// object a line, on a tool sharing their store, and writes each result.
+func TestStoreReplicaProcess(t *testing.T) {
+	url := os.Getenv(replicaEnv)
+	if url == "" {
+		t.Skip("a replica process for the store tests")
+	}
+	ttl, _ := time.ParseDuration(os.Getenv(replicaLease))
+	tool := storeTool(t, url, ttl)
+	in := bufio.NewScanner(os.Stdin)
+	out := json.NewEncoder(os.Stdout)
+	for in.Scan() {
+		var c replicaCall
+		require.NoError(t, json.Unmarshal(in.Bytes(), &c))
+		r := tool.Call(context.Background(), c.Conversation, args(c.Code))
+		require.NoError(t, out.Encode(replicaResult{Value: r.Value, Error: r.Error, IsError: r.IsError}))
+	}
+}
+
+type replicaCall struct {
+	Conversation, Code string
+}
+
+type replicaResult struct {
+	Value   *string
+	Error   string
+	IsError bool
+}
+
+// storeTool is a tool on the store at url with the replicas' key.
+func storeTool(t *testing.T, url string, leaseTTL time.Duration) *codetool.Tool {
+	t.Helper()
+	st, err := sessionstore.Open(context.Background(), url, &sessionstore.Options{Key: storeKey})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return newTool(t, &codetool.Options{Store: st, LeaseTTL: leaseTTL,
+		Limits: sandbox.Limits{Timeout: time.Minute, Fuel: sandbox.UnlimitedFuel}})
+}
+
+// replica is a replica process.
+type replica struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *json.Decoder
+}
+
+func startReplica(t *testing.T, url string, leaseTTL time.Duration) *replica {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStoreReplicaProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), replicaEnv+"="+url, replicaLease+"="+leaseTTL.String())
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return &replica{cmd: cmd, in: in, out: json.NewDecoder(out)}
+}
+
+// send asks the replica for a call; result reads its outcome.
+func (r *replica) send(t *testing.T, conversation, code string) {
+	t.Helper()
+	b, _ := json.Marshal(replicaCall{conversation, code})
+	_, err := r.in.Write(append(b, '\n'))
+	require.NoError(t, err)
+}
+
+func (r *replica) result(t *testing.T) replicaResult {
+	t.Helper()
+	var res replicaResult
+	require.NoError(t, r.out.Decode(&res))
+	return res
+}
+
+// stores are the store URLs the replica tests run on: a directory and a
+// real NATS server in this process.
+func stores(t *testing.T) map[string]string {
+	return map[string]string{"dir": t.TempDir(), "nats": natstest.Run(t).URL()}
+}
+
+// TestStoreReplicasAlternate: two replicas, this process and another,
+// take turns on one conversation for 100 calls of x += 1: x is 100.
+func TestStoreReplicasAlternate(t *testing.T) {
+	for name, url := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			here := storeTool(t, url, 0)
+			there := startReplica(t, url, 0)
+			var v string
+			for i := range 100 {
+				if i%2 == 0 {
+					r := here.Call(context.Background(), "alternate", args(increment))
+					require.False(t, r.IsError, r.Text())
+					v = *r.Value
+				} else {
+					there.send(t, "alternate", increment)
+					r := there.result(t)
+					require.False(t, r.IsError, r.Error)
+					v = *r.Value
+				}
+				require.Equal(t, strconv.Itoa(i+1), v, "call %d", i)
+			}
+			assert.Equal(t, "100", v)
+		})
+	}
+}
+
+// TestStoreReplicasRace: two replicas call one conversation at the same
+// time: every acknowledged call is counted exactly once.
+func TestStoreReplicasRace(t *testing.T) {
+	for name, url := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			here := storeTool(t, url, 0)
+			there := startReplica(t, url, 0)
+			const each = 25
+			var mu sync.Mutex
+			acked := 0
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for range each {
+					there.send(t, "race", increment)
+					if r := there.result(t); !r.IsError {
+						mu.Lock()
+						acked++
+						mu.Unlock()
+					}
+				}
+			})
+			wg.Go(func() {
+				for range each {
+					if r := here.Call(context.Background(), "race", args(increment)); !r.IsError {
+						mu.Lock()
+						acked++
+						mu.Unlock()
+					}
+				}
+			})
+			wg.Wait()
+			r := here.Call(context.Background(), "race", args("x"))
+			require.False(t, r.IsError, r.Text())
+			assert.Equal(t, strconv.Itoa(acked), *r.Value, "every acknowledged call once")
+			t.Logf("%d of %d calls acknowledged", acked, 2*each)
+		})
+	}
+}
+
+// TestStoreReplicaKilled: a replica killed (SIGKILL) in the middle of a
+// call loses that call only: once its lease expires, the other replica
+// resumes the last committed state.
+func TestStoreReplicaKilled(t *testing.T) {
+	for name, url := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			const lease = time.Second
+			there := startReplica(t, url, lease)
+			for range 3 {
+				there.send(t, "killed", increment)
+				require.False(t, there.result(t).IsError)
+			}
+			there.send(t, "killed", "x += 1000\nwhile True: pass")
+			// The replica holds the conversation once its call runs.
+			st, err := sessionstore.Open(context.Background(), url, &sessionstore.Options{Key: storeKey, LeaseWait: -1})
+			require.NoError(t, err)
+			defer st.Close()
+			require.Eventually(t, func() bool {
+				l, err := st.Lease(context.Background(), "killed", time.Millisecond)
+				if err == nil {
+					l.Release(context.Background())
+				}
+				return err != nil
+			}, 30*time.Second, 5*time.Millisecond)
+			require.NoError(t, there.cmd.Process.Kill())
+			there.cmd.Wait()
+
+			here := storeTool(t, url, lease)
+			r := here.Call(context.Background(), "killed", args("x"))
+			require.False(t, r.IsError, r.Text())
+			assert.Equal(t, "3", *r.Value, "the last committed state, without the killed call's")
+		})
+	}
+}
+
+// TestStoreBadConversationName: with a store, a conversation name that is
+// a path, holds NUL or is huge is an error result, and nothing runs.
+func TestStoreBadConversationName(t *testing.T) {
+	tool := storeTool(t, t.TempDir(), 0)
+	for _, name := range []string{"../etc", "a/b", "a\x00b", strings.Repeat("c", 10<<10)} {
+		r := tool.Call(context.Background(), name, args("print('ran')"))
+		assert.True(t, r.IsError)
+		assert.ErrorIs(t, r.Err, sessionstore.ErrBadName)
+		assert.Empty(t, r.Stdout)
+	}
+}
+
+// TestStoreOnOutput: with a store, a run's output streams to OnOutput as
+// it does in memory.
+func TestStoreOnOutput(t *testing.T) {
+	st, err := sessionstore.Open(context.Background(), t.TempDir(), nil)
+	require.NoError(t, err)
+	defer st.Close()
+	var mu sync.Mutex
+	var got strings.Builder
+	tool := newTool(t, &codetool.Options{Store: st, OnOutput: func(conversation, stream, text string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(&got, "%s %s %s", conversation, stream, text)
+	}})
+	r := tool.Call(context.Background(), "out", args("print('hi')"))
+	require.False(t, r.IsError, r.Text())
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "out stdout hi\n", got.String())
+}

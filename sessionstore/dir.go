@@ -1,0 +1,255 @@
+package sessionstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// lockStripes is how many lock files a directory store has: a record's
+// writers take the one its table and key hash to.
+const lockStripes = 64
+
+// Dir is the directory backend: one machine, any number of processes.
+// Records are files written whole (a temporary file, fsync, rename, fsync
+// of the directory), so a reader sees the old record or the new one; a
+// record's compare-and-swap holds a file lock (flock) across processes.
+// Leases are not fsynced: they only matter while the processes holding
+// them run.
+//
+// The layout under the root: heads/NAME and leases/NAME (a record: its
+// revision, whether it is live, its value), snapshots/NAME/DIGEST,
+// locks/NN. A removed record stays as a tombstone, so that its revisions
+// never repeat.
+type Dir struct {
+	root string
+}
+
+// OpenDir returns the directory backend rooted at root, creating it
+// (mode 0700) if needed. It fails on platforms without file locks.
+func OpenDir(root string) (*Dir, error) {
+	if root == "" {
+		return nil, errors.New("sessionstore: the store's directory is empty")
+	}
+	if err := lockSupported(); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"heads", "leases", "snapshots", "locks"} {
+		if err := os.MkdirAll(filepath.Join(root, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("sessionstore: %w", err)
+		}
+	}
+	return &Dir{root: root}, nil
+}
+
+// record is a record file's header: its revision and whether it is live;
+// the value follows.
+const recordHeader = 9
+
+func (d *Dir) path(t Table, key string) string { return filepath.Join(d.root, t.String(), key) }
+
+// read returns a record file's revision, liveness and value; a missing
+// file is revision 0, not live.
+func (d *Dir) read(t Table, key string) (rev uint64, live bool, value []byte, err error) {
+	b, err := os.ReadFile(d.path(t, key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil, nil
+	}
+	if err != nil {
+		return 0, false, nil, fmt.Errorf("sessionstore: %w", err)
+	}
+	if len(b) < recordHeader {
+		return 0, false, nil, fmt.Errorf("sessionstore: %s: a truncated record", d.path(t, key))
+	}
+	return binary.BigEndian.Uint64(b), b[8] == 1, b[recordHeader:], nil
+}
+
+// Get implements Backend.
+func (d *Dir) Get(ctx context.Context, t Table, key string) ([]byte, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	rev, live, v, err := d.read(t, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !live {
+		return nil, 0, ErrNotFound
+	}
+	return v, rev, nil
+}
+
+// Set implements Backend.
+func (d *Dir) Set(ctx context.Context, t Table, key string, value []byte, rev uint64) (uint64, error) {
+	return d.swap(ctx, t, key, value, rev, true)
+}
+
+// Remove implements Backend.
+func (d *Dir) Remove(ctx context.Context, t Table, key string, rev uint64) error {
+	_, err := d.swap(ctx, t, key, nil, rev, false)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// swap writes a record (or its tombstone) if its revision is still rev,
+// holding its lock.
+func (d *Dir) swap(ctx context.Context, t Table, key string, value []byte, rev uint64, live bool) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	unlock, err := d.lock(t, key)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	cur, curLive, _, err := d.read(t, key)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case !live && !curLive:
+		return 0, ErrNotFound
+	case !live && rev != 0 && cur != rev, live && !curLive && rev != 0, live && curLive && cur != rev:
+		return 0, fmt.Errorf("%w (revision %d, not %d)", ErrConflict, cur, rev)
+	}
+	b := make([]byte, recordHeader, recordHeader+len(value))
+	binary.BigEndian.PutUint64(b, cur+1)
+	if live {
+		b[8] = 1
+	}
+	b = append(b, value...)
+	if err := writeFile(d.path(t, key), b, t == Heads); err != nil {
+		return 0, err
+	}
+	return cur + 1, nil
+}
+
+// lock takes the file lock of a record's stripe.
+func (d *Dir) lock(t Table, key string) (unlock func(), err error) {
+	h := fnv.New32a()
+	h.Write([]byte(t.String()))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	name := filepath.Join(d.root, "locks", fmt.Sprintf("%02d", h.Sum32()%lockStripes))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sessionstore: %w", err)
+	}
+	if err := lockFile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sessionstore: locking %s: %w", name, err)
+	}
+	return func() { f.Close() }, nil // closing unlocks
+}
+
+// PutBlob implements Backend.
+func (d *Dir) PutBlob(ctx context.Context, key, id string, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dir := filepath.Join(d.root, "snapshots", key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("sessionstore: %w", err)
+	}
+	return writeFile(filepath.Join(dir, id), data, true)
+}
+
+// GetBlob implements Backend.
+func (d *Dir) GetBlob(ctx context.Context, key, id string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(d.root, "snapshots", key, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sessionstore: %w", err)
+	}
+	return b, nil
+}
+
+// RemoveBlob implements Backend.
+func (d *Dir) RemoveBlob(ctx context.Context, key, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dir := filepath.Join(d.root, "snapshots", key)
+	if err := os.Remove(filepath.Join(dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sessionstore: %w", err)
+	}
+	_ = os.Remove(dir) // fails while it holds another snapshot
+	return nil
+}
+
+// Keys implements Lister: the names of the table's record files,
+// tombstones included.
+func (d *Dir) Keys(ctx context.Context, t Table) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(d.root, t.String()))
+	if err != nil {
+		return nil, fmt.Errorf("sessionstore: %w", err)
+	}
+	var keys []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			keys = append(keys, e.Name())
+		}
+	}
+	return keys, nil
+}
+
+// Close implements Backend; a directory holds nothing open.
+func (d *Dir) Close() error { return nil }
+
+// writeFile replaces name with data whole: a temporary file in the same
+// directory, renamed over it; durable, both fsynced.
+func writeFile(name string, data []byte, durable bool) (err error) {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	tmp := filepath.Join(filepath.Dir(name), ".tmp-"+hex.EncodeToString(r[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("sessionstore: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+			err = fmt.Errorf("sessionstore: writing %s: %w", name, err)
+		}
+	}()
+	_, err = f.Write(data)
+	if err == nil && durable {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return err
+	}
+	if durable {
+		dir, err := os.Open(filepath.Dir(name))
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		return dir.Sync()
+	}
+	return nil
+}

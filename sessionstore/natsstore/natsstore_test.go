@@ -1,0 +1,167 @@
+package natsstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/sessionstore"
+	"github.com/fumehood/fumehood/sessionstore/natsstore"
+	"github.com/fumehood/fumehood/sessionstore/natsstore/natstest"
+	"github.com/fumehood/fumehood/sessionstore/storetest"
+)
+
+// TestConformance: the JetStream backend on a real single server passes
+// the conformance suite; unreachable is the server stopped.
+func TestConformance(t *testing.T) {
+	srv := natstest.Run(t)
+	n := 0
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		n++
+		b, err := natsstore.Connect(context.Background(), srv.URL(), &natsstore.Options{
+			Heads: fmt.Sprint("heads-", n), Leases: fmt.Sprint("leases-", n), Objects: fmt.Sprint("objects-", n)})
+		require.NoError(t, err)
+		return storetest.Harness{Backend: b, Break: func() func() {
+			srv.Stop()
+			return func() { srv.Restart(t) }
+		}}
+	})
+}
+
+// TestUnreachable: a store whose server is gone says so (ErrUnavailable),
+// at open and on a commit.
+func TestUnreachable(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	url := srv.URL()
+	s, err := sessionstore.Open(ctx, url, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	ref, err := s.Put(ctx, "c", []byte("x"))
+	require.NoError(t, err)
+	srv.Stop()
+	_, err = s.Commit(cctx, "c", sessionstore.Head{}, ref)
+	assert.ErrorIs(t, err, sessionstore.ErrUnavailable)
+	_, err = sessionstore.Open(ctx, url, nil)
+	assert.ErrorIs(t, err, sessionstore.ErrUnavailable)
+	t.Logf("open: %v", err)
+}
+
+// TestOpenURL: a nats:// URL names the buckets and replicas; bad
+// parameters are refused.
+func TestOpenURL(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL()+"?heads=h&leases=l&objects=o&replicas=1", nil)
+	require.NoError(t, err)
+	ref, err := s.Put(ctx, "c", []byte("x"))
+	require.NoError(t, err)
+	h, err := s.Commit(ctx, "c", sessionstore.Head{}, ref)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	b, err := natsstore.Connect(ctx, srv.URL(), &natsstore.Options{Heads: "h", Leases: "l", Objects: "o"})
+	require.NoError(t, err)
+	defer b.Close()
+	_, rev, err := b.Get(ctx, sessionstore.Heads, "c")
+	require.NoError(t, err)
+	assert.Equal(t, h.Revision, rev, "the head is in bucket h")
+	for _, q := range []string{"?replicas=0", "?replicas=x", "?bucket=y"} {
+		_, err := sessionstore.Open(ctx, srv.URL()+q, nil)
+		assert.Error(t, err, q)
+	}
+}
+
+// TestClusterNodeDown: on a three-node cluster with three replicas, one
+// node stopped in the middle of a stream of commits: commits go on, and
+// every acknowledged one is in the store.
+func TestClusterNodeDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster takes seconds to form")
+	}
+	ctx := context.Background()
+	nodes := natstest.Cluster(t, 3)
+	var b *natsstore.Backend
+	require.Eventually(t, func() bool {
+		var err error
+		b, err = natsstore.Connect(ctx, natstest.URLs(nodes), &natsstore.Options{Replicas: 3, Timeout: 2 * time.Second})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "the cluster's JetStream is up")
+	defer b.Close()
+	s, err := sessionstore.New(b, nil)
+	require.NoError(t, err)
+
+	const total, stopAt = 60, 20
+	acked := 0 // the last value whose commit was acknowledged
+	failed := 0
+	for i := 1; i <= total; {
+		if i == stopAt && nodes[0].Running() {
+			nodes[0].Stop() // one of the three, holding replicas of every bucket
+		}
+		head, err := s.Load(ctx, "stream")
+		if err != nil && !errors.Is(err, sessionstore.ErrNotFound) {
+			failed++
+			require.Less(t, failed, 100, "the cluster did not recover: %v", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		ref, err := s.Put(ctx, "stream", []byte(fmt.Sprint(i)))
+		if err == nil {
+			_, err = s.Commit(ctx, "stream", head, ref)
+		}
+		if err != nil {
+			// Unacknowledged: it may or may not have landed.
+			failed++
+			require.Less(t, failed, 100, "the cluster did not recover: %v", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		acked = i
+		i++
+	}
+	var data []byte
+	require.Eventually(t, func() bool { // reads may time out while the cluster settles
+		head, err := s.Load(ctx, "stream")
+		if err == nil {
+			data, err = s.Get(ctx, "stream", head.Ref)
+		}
+		require.True(t, err == nil || errors.Is(err, sessionstore.ErrUnavailable), "%v", err)
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.Equal(t, fmt.Sprint(acked), string(data), "the last acknowledged commit is the head")
+	assert.Equal(t, total, acked, "commits went on after the node stopped")
+	t.Logf("%d commits, %d failed attempts around the stop", total, failed)
+}
+
+// TestBucketTTL: the store's TTL is the heads bucket's max age, and the
+// snapshots outlive their head by a minute (a snapshot is stored first).
+func TestBucketTTL(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL()+"?heads=h&objects=o", &sessionstore.Options{TTL: time.Hour})
+	require.NoError(t, err)
+	defer s.Close()
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(ctx, "h")
+	require.NoError(t, err)
+	kvs, err := kv.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, kvs.TTL())
+	obs, err := js.ObjectStore(ctx, "o")
+	require.NoError(t, err)
+	obss, err := obs.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour+time.Minute, obss.TTL())
+}
