@@ -82,7 +82,7 @@ type liveSession struct {
 }
 
 // NewSessions returns Sessions that keep the conversations in st and run
-// them on py, the session build of a guest (sandbox.Options.Sessions).
+// them on py, the Python guest (sandbox.CompilePython).
 func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
 	var o SessionsOptions
 	if opts != nil {
