@@ -553,7 +553,7 @@ func (p *memPool) put(m pooled, sparse bool) {
 		// right after its one run). Every page is written, even one the
 		// kernel holds none of, unless sparse: asking the kernel which
 		// (unpopulated) for every memory cost tiny one-shot runs a fifth
-		// of their throughput (BenchmarkPreinit, tiny-runs/s: 531-640 a
+		// of their throughput (tiny one-shot runs/s: 531-640 a
 		// second against 730-844 in the same rounds), and only a
 		// session's memory has pages given back.
 		var zero []bool

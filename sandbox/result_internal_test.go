@@ -14,9 +14,9 @@ import (
 
 // TestStopWrittenOnlyByEnd: Result.Stop and Result.ExitCode are written in
 // one function of the package, (*run).end, from what the host recorded; a
-// Result literal sets neither. readOutcome, the decoder of the guest's
-// report, fills ExitCode of the scratch Result that end reads (the status
-// of SystemExit), never Stop.
+// Result literal sets neither. execDriver, which turns the driver's
+// outcome into a Result, fills ExitCode of the scratch Result that end
+// reads (the status of SystemExit), never Stop.
 func TestStopWrittenOnlyByEnd(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestStopWrittenOnlyByEnd(t *testing.T) {
 	}
 	assert.NotEmpty(t, writers["Stop"])
 	for _, w := range writers["ExitCode"] {
-		assert.Contains(t, []string{"(*run).end", "readOutcome", "(*instance).execDriver"}, w, "Result.ExitCode is written outside end")
+		assert.Contains(t, []string{"(*run).end", "(*instance).execDriver"}, w, "Result.ExitCode is written outside end")
 	}
 }
 
