@@ -18,8 +18,6 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
-
-	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
 // wasiRun is how to run a WASI command and what it did.
@@ -197,12 +195,11 @@ func TestWASITestsuite(t *testing.T) {
 	assert.Positive(t, ran)
 }
 
-// pythonSource returns the unprepared CPython guest from the cache that
-// `fumehood guest install` fills (python.SourceSHA256 names it; the package
-// cannot be imported here without a cycle), with its debug sections
-// stripped, or skips the test.
+// pythonSource returns the built CPython guest's interpreter before its
+// preparation (debug sections stripped), found through a manifest of
+// `fumehood guest build` in the cache (package cpython cannot be imported
+// here without a cycle), or skips.
 func pythonSource(t testing.TB) []byte {
-	const sourceSHA256 = "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763"
 	dir := os.Getenv("FUMEHOOD_CACHE_DIR")
 	if dir == "" {
 		base, err := os.UserCacheDir()
@@ -211,35 +208,20 @@ func pythonSource(t testing.TB) []byte {
 		}
 		dir = filepath.Join(base, "fumehood")
 	}
-	wasm, err := os.ReadFile(filepath.Join(dir, "guests", "blobs", sourceSHA256+".wasm"))
-	if err != nil {
-		t.Skipf("the CPython guest is not installed: %v", err)
+	manifests, _ := filepath.Glob(filepath.Join(dir, "cpython", "builds", "*.json"))
+	for _, m := range manifests {
+		var info struct {
+			WasmSHA256 string `json:"wasm_sha256"`
+		}
+		if b, err := os.ReadFile(m); err != nil || json.Unmarshal(b, &info) != nil || info.WasmSHA256 == "" {
+			continue
+		}
+		if wasm, err := os.ReadFile(filepath.Join(dir, "guests", "blobs", info.WasmSHA256+".wasm")); err == nil {
+			return wasm
+		}
 	}
-	m, err := wasmbin.Parse(wasm)
-	require.NoError(t, err)
-	m.RemoveCustom(func(name string) bool { return strings.HasPrefix(name, ".debug") })
-	return m.Encode()
-}
-
-// TestPython shims the prepared CPython guest, compiles it and runs a line
-// of Python.
-func TestPython(t *testing.T) {
-	wasm := pythonSource(t)
-	start := time.Now()
-	shimmed, err := Shim(wasm)
-	require.NoError(t, err)
-	t.Logf("shimmed in %v: %d bytes -> %d bytes", time.Since(start), len(wasm), len(shimmed))
-
-	ctx := context.Background()
-	r := wasiRuntime(t, ctx, wazero.NewRuntimeConfigCompiler().WithDebugInfoEnabled(false))
-	start = time.Now()
-	cm := mustCompile(t, ctx, r, shimmed)
-	t.Logf("compiled in %v", time.Since(start))
-	w := &wasiRun{args: []string{"python", "-c", "print(1)"}}
-	w.run(t, ctx, r, cm)
-	assert.Empty(t, w.trap)
-	assert.Equal(t, 0, w.exitCode, "stderr: %s", w.stderr)
-	assert.Equal(t, "1\n", w.stdout, "stderr: %s", w.stderr)
+	t.Skip("the CPython guest is not built (fumehood guest build)")
+	return nil
 }
 
 // BenchmarkShimPython measures Shim on the CPython guest.
