@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"testing"
 
@@ -29,9 +28,6 @@ func TestMain(m *testing.M) {
 }
 
 func TestPauseResume(t *testing.T) {
-	if _, err := exec.LookPath("wasm-opt"); err != nil {
-		t.Skip("Binaryen's wasm-opt is not installed: no session build")
-	}
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out))
 	m := regexp.MustCompile(`^process (\d+): '3 readings, mean 12.17'
@@ -46,9 +42,6 @@ $`).FindStringSubmatch(out.String())
 }
 
 func TestResumeDamagedSnapshot(t *testing.T) {
-	if _, err := exec.LookPath("wasm-opt"); err != nil {
-		t.Skip("Binaryen's wasm-opt is not installed: no session build")
-	}
 	name := t.TempDir() + "/bad.snap"
 	require.NoError(t, os.WriteFile(name, []byte("not a snapshot"), 0o644))
 	err := resume(context.Background(), &bytes.Buffer{}, name)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -153,9 +152,6 @@ func apiError(w http.ResponseWriter, msg string) {
 // fake API: the model's tool_use runs in the sandbox, its tool_result
 // (text and the chart as an image) goes back, and the answer comes out.
 func TestToolLoop(t *testing.T) {
-	if _, err := exec.LookPath("wasm-opt"); err != nil {
-		t.Skip("Binaryen's wasm-opt is not installed: no session build")
-	}
 	srv := fakeMessages(t)
 	defer srv.Close()
 	client := anthropic.NewClient(option.WithBaseURL(srv.URL), option.WithAPIKey("test"), option.WithMaxRetries(0))
@@ -172,9 +168,6 @@ func TestToolLoop(t *testing.T) {
 // TestToolLoopException: code that raises comes back as an error
 // tool_result with the exception, and the loop goes on.
 func TestToolLoopException(t *testing.T) {
-	if _, err := exec.LookPath("wasm-opt"); err != nil {
-		t.Skip("Binaryen's wasm-opt is not installed: no session build")
-	}
 	var second string
 	turn := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
