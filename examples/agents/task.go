@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"time"
 
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/sandbox"
@@ -34,16 +35,26 @@ func Shown(arguments string) string {
 	return arguments
 }
 
+// ToolOptions are the code tool's options in both examples: a run's
+// limits (which the tool's description states) and Setup.
+func ToolOptions() *codetool.Options {
+	return &codetool.Options{
+		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
+		Setup:  Setup,
+	}
+}
+
 // ToolDescription is the description both examples give the model: the
-// code tool's, for the guest sandbox.CompilePython loads. The fake API servers of the
-// examples' tests check that a request carries it.
+// code tool's, with ToolOptions, for the guest sandbox.CompilePython
+// loads. The fake API servers of the examples' tests check that a request
+// carries it.
 func ToolDescription(ctx context.Context) (string, error) {
 	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return "", err
 	}
 	defer py.Close()
-	tool, err := codetool.New(py, nil)
+	tool, err := codetool.New(py, ToolOptions())
 	if err != nil {
 		return "", err
 	}

@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -48,10 +47,7 @@ func run(ctx context.Context, client openai.Client, model string, question strin
 		return "", err
 	}
 	defer py.Close()
-	tool, err := codetool.New(py, &codetool.Options{
-		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
-		Setup:  agents.Setup,
-	})
+	tool, err := codetool.New(py, agents.ToolOptions())
 	if err != nil {
 		return "", err
 	}
