@@ -2,10 +2,15 @@ package agents
 
 import (
 	"context"
+	"time"
 
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/sandbox"
 )
+
+// Limits are the code tool's limits in both examples: its description
+// tells the model them.
+var Limits = sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10}
 
 // Task is what the user asks the agent in both examples.
 const Task = "Which customer spent the most in /work/orders.csv? Draw a bar chart of the totals."
@@ -44,7 +49,7 @@ func ToolDescription(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer py.Close()
-	tool, err := codetool.New(py, nil)
+	tool, err := codetool.New(py, &codetool.Options{Limits: Limits})
 	if err != nil {
 		return "", err
 	}

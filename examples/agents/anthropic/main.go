@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -48,7 +47,7 @@ func run(ctx context.Context, client anthropic.Client, model anthropic.Model, qu
 	}
 	defer py.Close()
 	tool, err := codetool.New(py, &codetool.Options{
-		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
+		Limits: agents.Limits,
 		Setup:  agents.Setup,
 	})
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -49,7 +48,7 @@ func run(ctx context.Context, client openai.Client, model string, question strin
 	}
 	defer py.Close()
 	tool, err := codetool.New(py, &codetool.Options{
-		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
+		Limits: agents.Limits,
 		Setup:  agents.Setup,
 	})
 	if err != nil {
