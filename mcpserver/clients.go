@@ -198,6 +198,11 @@ func (s *Server) HTTPHandler() http.Handler {
 	if s.opts.IdleTimeout > 0 {
 		opts.SessionTimeout = s.opts.IdleTimeout
 	}
+	if s.stored != nil {
+		// Sessions are in the store, reached by their IDs: no state is
+		// kept between requests, and any replica answers any of them.
+		opts = &mcp.StreamableHTTPOptions{Stateless: true}
+	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, opts)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" && s.clients.wasEvicted(id) {
