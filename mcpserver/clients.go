@@ -191,6 +191,12 @@ var errEvicted = errors.New("this MCP session was ended to make room for a new c
 // JSON-RPC error saying so, as for any MCP session that ended, so that
 // the client initializes anew).
 //
+// With Options.Store the handler is stateless (the SDK's
+// StreamableHTTPOptions.Stateless): it issues no Mcp-Session-Id and keeps
+// nothing between requests, so that any replica behind one address
+// answers any request; sessions are reached by their IDs, and neither
+// IdleTimeout nor eviction ends them (the store's TTL does).
+//
 // A handler made with mcp.NewStreamableHTTPHandler from MCP() is bounded
 // by MaxClients too, but has no idle timeout unless its options set one.
 func (s *Server) HTTPHandler() http.Handler {

@@ -23,6 +23,13 @@
 // without a request, so that those of clients that vanish end too; in the
 // SDK's stateless HTTP mode every request is an MCP session of its own,
 // so a session ends with the call that made it.
+//
+// With Options.Store the sessions live in a store instead (a directory,
+// NATS JetStream: package sessionstore), so that several servers sharing
+// it, behind one address, serve the same sessions, and a session outlives
+// the process that made it. Its ID is then a capability, 128 random bits
+// that reach the session from any client and any replica, and
+// HTTPHandler serves stateless HTTP, keeping nothing between requests.
 package mcpserver
 
 import (
