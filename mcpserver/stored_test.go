@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -35,7 +37,7 @@ func storeURLs(t *testing.T) map[string]string {
 }
 
 // replica is a server on its own connection to the store at url.
-func replica(t *testing.T, url string, o *mcpserver.Options) *mcpserver.Server {
+func replica(t testing.TB, url string, o *mcpserver.Options) *mcpserver.Server {
 	t.Helper()
 	st, err := sessionstore.Open(context.Background(), url, &sessionstore.Options{Key: storeKey})
 	require.NoError(t, err)
@@ -209,4 +211,71 @@ func TestStoredBounds(t *testing.T) {
 	defer st.Close()
 	_, err = mcpserver.New(sandboxtest.PythonSessions(t), &mcpserver.Options{Store: st, SnapshotDir: t.TempDir()})
 	assert.ErrorContains(t, err, "SnapshotDir")
+}
+
+// TestStoredReplicasRace: two clients call one session at once, one on
+// each replica: every call acknowledged is counted exactly once, and one
+// that is not (busy) counted not at all.
+func TestStoredReplicasRace(t *testing.T) {
+	for name, url := range storeURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			ca, cb := connect(t, replica(t, url, nil)), connect(t, replica(t, url, nil))
+			id := create(t, ca)
+			runIn(t, ca, id, "x = 0")
+			const each = 10
+			var acked atomic.Int64
+			var wg sync.WaitGroup
+			for _, cs := range []*mcp.ClientSession{ca, cb} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range each {
+						res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "session_run",
+							Arguments: map[string]any{"session_id": id, "code": "x += 1"}})
+						if err == nil && !res.IsError {
+							acked.Add(1)
+						} else if err == nil {
+							assert.Contains(t, text(res), "busy")
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			assert.Positive(t, acked.Load())
+			assert.Equal(t, fmt.Sprintf("value: %d\n", acked.Load()), runIn(t, cb, id, "x"))
+		})
+	}
+}
+
+// BenchmarkSessionRun: a session_run of x += 1 through the MCP server (in
+// memory, over the SDK's in-memory transports): without a store; with a
+// store on one replica (the live session's fast path); and alternating
+// between two replicas (each call resumes the other's commit).
+func BenchmarkSessionRun(b *testing.B) {
+	py := sandboxtest.PythonSessions(b)
+	bench := func(b *testing.B, clients []*mcp.ClientSession) {
+		id := create(b, clients[0])
+		b.ResetTimer()
+		for i := range b.N {
+			res, err := clients[i%len(clients)].CallTool(context.Background(), &mcp.CallToolParams{Name: "session_run",
+				Arguments: map[string]any{"session_id": id, "code": "x = globals().get('x', 0) + 1"}})
+			if err != nil || res.IsError {
+				b.Fatal(err, res)
+			}
+		}
+	}
+	b.Run("memory", func(b *testing.B) {
+		srv, err := mcpserver.New(py, nil)
+		require.NoError(b, err)
+		defer srv.Close()
+		bench(b, []*mcp.ClientSession{connect(b, srv)})
+	})
+	for name, url := range map[string]string{"dir": b.TempDir(), "nats": natstest.Run(b).URL()} {
+		var clients []*mcp.ClientSession
+		for range 2 {
+			clients = append(clients, connect(b, replica(b, url, nil)))
+		}
+		b.Run(name+"/one-replica", func(b *testing.B) { bench(b, clients[:1]) })
+		b.Run(name+"/two-replicas", func(b *testing.B) { bench(b, clients) })
+	}
 }
