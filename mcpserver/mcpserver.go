@@ -228,7 +228,8 @@ func newServer(o Options, instructions string) *Server {
 type Stats struct {
 	// Sessions are the sessions open (or being opened), of all clients;
 	// Hibernated those of them between calls, which hold only the memory
-	// pages their code changed.
+	// pages their code changed. With Options.Store, Sessions are the
+	// sessions this process keeps live between calls, and Hibernated is 0.
 	Sessions, Hibernated int
 	// Runs are the runs executing; TempRuns the run_python calls holding
 	// memory (running or waiting for a run slot).

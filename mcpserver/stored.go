@@ -76,6 +76,9 @@ func storeError(id string, err error) error {
 		return fmt.Errorf("session %q is busy with another call (on this server or another replica): try again when it ends", trunc(id, 100))
 	case errors.Is(err, sessionstore.ErrClosed):
 		return errServerClosed
+	case errors.Is(err, sessionstore.ErrConflict), errors.Is(err, sessionstore.ErrLeaseLost):
+		return fmt.Errorf("session %q: another call of it ran at the same time and was kept instead of this one: "+
+			"this call's effects are discarded, and the session is as that call left it (%w)", trunc(id, 100), err)
 	}
 	return fmt.Errorf("session %q: %w", trunc(id, 100), err)
 }
