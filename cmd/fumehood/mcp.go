@@ -14,6 +14,7 @@ import (
 	"github.com/fumehood/fumehood/internal/guests/npm"
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sessionstore"
 )
 
 // cmdMCP serves the sandbox to MCP clients over stdio, or streamable HTTP
@@ -40,6 +41,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	maxOutput := fs.String("max-output", "", "bytes kept of each text of a result: stdout, stderr, value, exception, file read (default 1MiB)")
 	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
 	store := fs.String("store", "", "keep sessions in this store, shared by every replica: a directory, file:///DIR or nats://HOST:PORT (key: $"+storeKeyEnv+"); not with --snapshot-dir")
+	leaseTTL := fs.Duration("lease-ttl", sessionstore.DefaultLeaseTTL, "with --store, how long a call holds its session in the store unrenewed: a replica that dies mid-call holds it that long")
 	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, over all clients, at most")
 	maxRuns := fs.Int("max-runs", 0, "runs executing at once, over all clients; a call past it waits (default GOMAXPROCS, at least 2)")
 	budget := fs.String("memory-budget", "", "host memory of the server's guests: each open session and each run_python in progress holds twice --memory and twice the 128 MiB root quota of it (default (--max-sessions + --max-runs) times that)")
@@ -66,6 +68,9 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if *idle == 0 {
 		opts.IdleTimeout = -1
+	}
+	if *leaseTTL <= 0 {
+		return &usageError{"--lease-ttl must be positive"}
 	}
 	if *fuel < 0 || *maxSessions <= 0 || *maxRuns < 0 || *idle < 0 || *maxClients <= 0 {
 		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions and --max-clients must be positive"}
@@ -100,7 +105,7 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return err
 		}
 		defer st.Close()
-		opts.Store = st
+		opts.Store, opts.LeaseTTL = st, *leaseTTL
 	}
 	c := common{offline: offline, cacheDir: cacheDir, with: with}
 	var m *metrics

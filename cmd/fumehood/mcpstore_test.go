@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -20,8 +22,8 @@ import (
 )
 
 // mcpHTTPReplica starts `fumehood mcp --http 127.0.0.1:0 ARGS` as a
-// subprocess and returns its URL.
-func mcpHTTPReplica(t *testing.T, args ...string) *url.URL {
+// subprocess and returns its URL and process.
+func mcpHTTPReplica(t *testing.T, args ...string) (*url.URL, *os.Process) {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -43,11 +45,11 @@ func mcpHTTPReplica(t *testing.T, args ...string) *url.URL {
 				for lines.Scan() {
 				}
 			}()
-			return u
+			return u, cmd.Process
 		}
 	}
 	t.Fatalf("the replica did not say where it serves: %v", lines.Err())
-	return nil
+	return nil, nil
 }
 
 // sessionRun runs code in a session, which must succeed, and returns the
@@ -83,7 +85,9 @@ func TestMCPStore(t *testing.T) {
 			assert.Equal(t, "value: 42\n", sessionRun(t, second, id, "x + 1"))
 			second.Close()
 
-			backends := []*url.URL{mcpHTTPReplica(t, "--store", store), mcpHTTPReplica(t, "--store", store)}
+			a, _ := mcpHTTPReplica(t, "--store", store)
+			b, _ := mcpHTTPReplica(t, "--store", store)
+			backends := []*url.URL{a, b}
 			var next atomic.Int64
 			lb := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 				r.SetURL(backends[next.Add(1)%2])
@@ -111,4 +115,39 @@ func TestMCPStore(t *testing.T) {
 	assert.Equal(t, exitUsage, code, errs)
 	code, _, errs = fumehood(t, "", "mcp", "--store", "redis://localhost")
 	assert.Equal(t, exitUsage, code, errs)
+}
+
+// TestMCPStoreReplicaKilled: a replica killed (SIGKILL) mid-call loses
+// that call only: the next call, on another replica, waits for the
+// lease to expire (--lease-ttl) and sees the last committed state.
+func TestMCPStoreReplicaKilled(t *testing.T) {
+	needSessions(t)
+	store, vol := t.TempDir(), t.TempDir()
+	args := []string{"--store", store, "--lease-ttl", "1s", "--volume", vol + ":/state", "--timeout", "30m"}
+	a, proc := mcpHTTPReplica(t, args...)
+	b, _ := mcpHTTPReplica(t, args...)
+	dial := func(u *url.URL) *mcp.ClientSession {
+		client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+		cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: u.String()}, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	ca, cb := dial(a), dial(b)
+	var ref struct {
+		SessionID string `json:"session_id"`
+	}
+	res := call(t, ca, "session_create", nil, &ref)
+	require.False(t, res.IsError, text(res))
+	id := ref.SessionID
+	sessionRun(t, ca, id, "x = 41")
+	go ca.CallTool(context.Background(), &mcp.CallToolParams{Name: "session_run", Arguments: map[string]any{"session_id": id,
+		"code": "x = 99\nopen('/state/started', 'w').close()\nimport time\ntime.sleep(600)"}})
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(vol, "started"))
+		return err == nil
+	}, time.Minute, 10*time.Millisecond, "the call is running on A")
+	require.NoError(t, proc.Kill())
+	assert.Equal(t, "value: 41\n", sessionRun(t, cb, id, "x"))
+	assert.Equal(t, "value: 42\n", sessionRun(t, cb, id, "x += 1; x"))
 }
