@@ -500,6 +500,11 @@ func (s *Server) config(l callLimits) (*sandbox.RunOptions, error) {
 	if err != nil {
 		return nil, err
 	}
+	if eff.Timeout < 0 {
+		// No deadline (--timeout 0): the run asks for none. A run's
+		// limits are requests, never negative.
+		eff.Timeout = 0
+	}
 	return &sandbox.RunOptions{Limits: eff}, nil
 }
 

@@ -693,3 +693,19 @@ func TestProgressStreamsOutput(t *testing.T) {
 	assert.Empty(t, got)
 	mu.Unlock()
 }
+
+// TestNoTimeout: a server without a deadline (fumehood mcp --timeout 0)
+// runs code: every run failed with "a run's limits may not be negative".
+func TestNoTimeout(t *testing.T) {
+	py := sandboxtest.PythonSessions(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: -1}})
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+	res := call(t, cs, "run_python", map[string]any{"code": "print(6 * 7)"}, nil)
+	assert.False(t, res.IsError, text(res))
+	assert.Contains(t, text(res), "42")
+	c, err := srv.Config(0, 0)
+	require.NoError(t, err)
+	assert.Zero(t, c.Limits.Timeout, "no deadline is asked")
+}
