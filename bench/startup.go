@@ -68,7 +68,7 @@ func (b *bench) coldStart(ctx context.Context) ([]Timing, error) {
 	peers := []peer{
 		{name: "native python3 -c", run: func() (time.Duration, error) { return firstOutput(b.python, "-c", tiny) }},
 		{name: "fumehood CLI: fumehood run -c", note: "warm guest cache", run: func() (time.Duration, error) {
-			return firstOutput(b.fumehoodBin, "run", "--offline", "-c", tiny)
+			return firstOutput(b.fumehoodBin, "run", "-c", tiny)
 		}},
 	}
 	if b.bwrap != "" {

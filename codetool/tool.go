@@ -155,8 +155,8 @@ type conv struct {
 	used   uint64 // Tool.clock when its last call ended; under Tool.mu
 }
 
-// New returns a tool that runs code on py, the session build of the Python
-// guest (sandbox.Options.Sessions). It probes the guest (Probe) once per
+// New returns a tool that runs code on py, the Python guest
+// (sandbox.CompilePython). It probes the guest (Probe) once per
 // process for its Instructions.
 func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if py == nil || !py.IsPython() {

@@ -191,12 +191,23 @@ var errEvicted = errors.New("this MCP session was ended to make room for a new c
 // JSON-RPC error saying so, as for any MCP session that ended, so that
 // the client initializes anew).
 //
+// With Options.Store the handler is stateless (the SDK's
+// StreamableHTTPOptions.Stateless): it issues no Mcp-Session-Id and keeps
+// nothing between requests, so that any replica behind one address
+// answers any request; sessions are reached by their IDs, and neither
+// IdleTimeout nor eviction ends them (the store's TTL does).
+//
 // A handler made with mcp.NewStreamableHTTPHandler from MCP() is bounded
 // by MaxClients too, but has no idle timeout unless its options set one.
 func (s *Server) HTTPHandler() http.Handler {
 	opts := &mcp.StreamableHTTPOptions{}
 	if s.opts.IdleTimeout > 0 {
 		opts.SessionTimeout = s.opts.IdleTimeout
+	}
+	if s.stored != nil {
+		// Sessions are in the store, reached by their IDs: no state is
+		// kept between requests, and any replica answers any of them.
+		opts = &mcp.StreamableHTTPOptions{Stateless: true}
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, opts)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -23,12 +23,18 @@
 // without a request, so that those of clients that vanish end too; in the
 // SDK's stateless HTTP mode every request is an MCP session of its own,
 // so a session ends with the call that made it.
+//
+// With Options.Store the sessions live in a store instead (a directory,
+// NATS JetStream: package sessionstore), so that several servers sharing
+// it, behind one address, serve the same sessions, and a session outlives
+// the process that made it. Its ID is then a capability, 128 random bits
+// that reach the session from any client and any replica, and
+// HTTPHandler serves stateless HTTP, keeping nothing between requests.
 package mcpserver
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -53,6 +59,7 @@ import (
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sessionstore"
 )
 
 // Options configure a server. The zero value serves the sandbox package's
@@ -113,6 +120,26 @@ type Options struct {
 	IdleTimeout time.Duration
 	// Name and Version identify the server to clients.
 	Name, Version string
+	// Store, if set, keeps the sessions, so that any server sharing it (a
+	// replica behind the same address, a restarted process) serves any
+	// of them: every session_run, session_files and session_close takes
+	// the session's lease in the store, runs on the session (live here if
+	// its state has not moved, else resumed from the store) and commits
+	// it (sessionstore.Sessions). A session ID is then a capability: 128
+	// random bits, which the store never holds (it keys the session by
+	// the ID's SHA-256), and any client that presents it reaches the
+	// session; HTTPHandler serves stateless streamable HTTP, so that any
+	// replica answers any request. MaxSessions bounds the sessions kept
+	// live in this process between calls (with the memory budget), not
+	// the sessions in the store, which its TTL expires; IdleTimeout does
+	// not apply, and SnapshotDir may not be set (the store keeps every
+	// session across restarts already). The server does not close the
+	// store.
+	Store sessionstore.Store
+	// LeaseTTL is how long a call holds its session in the Store without
+	// renewing it (sessionstore.SessionsOptions.LeaseTTL); 0 means
+	// sessionstore.DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
 
 // The defaults of Options.MaxClients and Options.IdleTimeout.
@@ -127,6 +154,9 @@ type Server struct {
 	opts         Options // with the defaults applied
 	mcp          *mcp.Server
 	instructions string // codetool.InstructionsFor the guest, network and mounts
+
+	stored *sessionstore.Sessions // with Options.Store; nil without
+	kept   int                    // with a Store: the sessions kept live between calls, at most
 
 	runs    chan struct{} // a slot per run that may execute at once
 	onRun   func(running int)
@@ -151,8 +181,8 @@ type session struct {
 	owner *mcp.ServerSession
 }
 
-// New returns a server that runs code on py, which must be the session
-// build of the Python guest (sandbox.Options.Sessions). It probes the
+// New returns a server that runs code on py, which must be the Python
+// guest (sandbox.CompilePython). It probes the
 // guest once per process (codetool.Probe) for its instructions.
 func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if !py.IsPython() {
@@ -172,6 +202,9 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	}
 	s := newServer(o, codetool.InstructionsFor(info, o.Network, o.Mounts))
 	s.py, s.charge = py, charge
+	if o.Store != nil {
+		s.startStore()
+	}
 	if err := s.addTools(); err != nil {
 		return nil, err
 	}
@@ -195,7 +228,8 @@ func newServer(o Options, instructions string) *Server {
 type Stats struct {
 	// Sessions are the sessions open (or being opened), of all clients;
 	// Hibernated those of them between calls, which hold only the memory
-	// pages their code changed.
+	// pages their code changed. With Options.Store, Sessions are the
+	// sessions this process keeps live between calls, and Hibernated is 0.
 	Sessions, Hibernated int
 	// Runs are the runs executing; TempRuns the run_python calls holding
 	// memory (running or waiting for a run slot).
@@ -219,7 +253,10 @@ func (s *Server) Stats() Stats {
 			st.Hibernated++
 		}
 	}
-	st.MemoryHeld = int64(s.nSessions+s.nTemp) * s.charge
+	if s.stored != nil {
+		st.Sessions = s.stored.Live()
+	}
+	st.MemoryHeld = int64(st.Sessions+s.nTemp) * s.charge
 	return st
 }
 
@@ -239,6 +276,8 @@ func (o *Options) resolve() (int64, error) {
 		return 0, fmt.Errorf("mcpserver: MaxClients %d is outside 0 to 2^20", o.MaxClients)
 	case o.MemoryBudget < 0:
 		return 0, fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
+	case o.Store != nil && o.SnapshotDir != "":
+		return 0, errors.New("mcpserver: Store and SnapshotDir: a stored session outlives the server already, and a snapshot name would have no owner across replicas")
 	}
 	// The defaults, applied as every sandbox and session applies them.
 	l, err := o.Limits.Lower(sandbox.Limits{})
@@ -282,6 +321,9 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 
 // Close closes every open session; later calls that need a sandbox fail.
 func (s *Server) Close() error {
+	if s.stored != nil {
+		s.stored.Close()
+	}
 	s.mu.Lock()
 	s.closed = true
 	var all []*session
@@ -458,6 +500,11 @@ func (s *Server) config(l callLimits) (*sandbox.RunOptions, error) {
 	if err != nil {
 		return nil, err
 	}
+	if eff.Timeout < 0 {
+		// No deadline (--timeout 0): the run asks for none. A run's
+		// limits are requests, never negative.
+		eff.Timeout = 0
+	}
 	return &sandbox.RunOptions{Limits: eff}, nil
 }
 
@@ -623,7 +670,7 @@ func (s *Server) reserve(ctx context.Context, forSession bool) error {
 			return fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", n)
 		}
 		mem := s.charge
-		if int64(s.nSessions+s.nTemp+1)*mem <= s.opts.MemoryBudget {
+		if int64(s.nSessions+s.kept+s.nTemp+1)*mem <= s.opts.MemoryBudget {
 			if forSession {
 				s.nSessions++
 			} else {
@@ -632,7 +679,7 @@ func (s *Server) reserve(ctx context.Context, forSession bool) error {
 			s.mu.Unlock()
 			return nil
 		}
-		if int64(s.nSessions+1)*mem > s.opts.MemoryBudget {
+		if int64(s.nSessions+s.kept+1)*mem > s.opts.MemoryBudget {
 			s.mu.Unlock()
 			return errMemoryBudget
 		}
@@ -724,6 +771,9 @@ func decodeBase64(text string) ([]byte, error) {
 }
 
 func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in createInput) (*mcp.CallToolResult, sessionRef, error) {
+	if s.stored != nil {
+		return s.createStored(ctx, in)
+	}
 	if err := s.reserve(ctx, true); err != nil {
 		return nil, sessionRef{}, err
 	}
@@ -739,9 +789,7 @@ func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in
 // add records a session reserved with reserve(ctx, true), owned by the
 // MCP session owner, and returns its ID.
 func (s *Server) add(owner *mcp.ServerSession, ss *sandbox.Session) (string, error) {
-	var b [16]byte
-	rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id := newID()
 	s.mu.Lock()
 	if s.closed {
 		s.releaseLocked(true)
@@ -819,6 +867,9 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 		return nil, runOutput{}, err
 	}
 	s.streamProgress(ctx, req, cfg)
+	if s.stored != nil {
+		return s.runStored(ctx, in, cfg)
+	}
 	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, runOutput{}, err
@@ -859,12 +910,20 @@ func (s *Server) drop(ss *session) {
 }
 
 func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in filesInput) (*mcp.CallToolResult, filesOutput, error) {
+	if s.stored != nil {
+		return s.filesStored(ctx, in)
+	}
 	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, filesOutput{}, err
 	}
 	defer unlock()
-	files := ss.s.Files()
+	return s.fileOp(ss.s.Files(), in)
+}
+
+// fileOp does a session_files operation on a session's files.
+func (s *Server) fileOp(files *sandbox.Files, in filesInput) (*mcp.CallToolResult, filesOutput, error) {
+	var err error
 	switch in.Op {
 	case "read":
 		// Only what can be sent is read: a guest can write a sparse file
@@ -972,6 +1031,9 @@ func imageType(data []byte) string {
 }
 
 func (s *Server) sessionClose(ctx context.Context, req *mcp.CallToolRequest, in sessionRef) (*mcp.CallToolResult, sessionRef, error) {
+	if s.stored != nil {
+		return s.closeStored(ctx, in)
+	}
 	s.mu.Lock()
 	ss := s.sessions[in.SessionID]
 	if ss == nil || ss.owner != req.Session {

@@ -94,7 +94,7 @@ func dialHTTP(t *testing.T, url string) *mcp.ClientSession {
 }
 
 // connect connects a client to srv over the SDK's in-memory transports.
-func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
+func connect(t testing.TB, srv *mcpserver.Server) *mcp.ClientSession {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.MCP().Connect(context.Background(), st, nil)
@@ -111,7 +111,7 @@ func connect(t *testing.T, srv *mcpserver.Server) *mcp.ClientSession {
 
 // call calls a tool, which must answer with a result, and decodes its
 // structured content into out.
-func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
+func call(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
 	t.Helper()
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
 	require.NoError(t, err, "a tool's failure is a result, not a protocol error")
@@ -138,7 +138,7 @@ type sessionRef struct {
 }
 
 // create opens a session, which must succeed, and returns its ID.
-func create(t *testing.T, cs *mcp.ClientSession) string {
+func create(t testing.TB, cs *mcp.ClientSession) string {
 	t.Helper()
 	var ref sessionRef
 	res := call(t, cs, "session_create", nil, &ref)
@@ -692,4 +692,20 @@ func TestProgressStreamsOutput(t *testing.T) {
 	mu.Lock()
 	assert.Empty(t, got)
 	mu.Unlock()
+}
+
+// TestNoTimeout: a server without a deadline (fumehood mcp --timeout 0)
+// runs code: every run failed with "a run's limits may not be negative".
+func TestNoTimeout(t *testing.T) {
+	py := sandboxtest.Python(t)
+	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{Timeout: -1}})
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+	res := call(t, cs, "run_python", map[string]any{"code": "print(6 * 7)"}, nil)
+	assert.False(t, res.IsError, text(res))
+	assert.Contains(t, text(res), "42")
+	c, err := srv.Config(0, 0)
+	require.NoError(t, err)
+	assert.Zero(t, c.Limits.Timeout, "no deadline is asked")
 }

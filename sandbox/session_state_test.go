@@ -181,3 +181,22 @@ func TestSessionEnvBounds(t *testing.T) {
 	_, err = g.ResumeSession(context.Background(), bytes.NewReader(bad), nil)
 	assert.ErrorIs(t, err, sandbox.ErrSnapshotCorrupt)
 }
+
+// TestResumeBeforeFirstRunKeepsEnv: a session snapshotted before its first
+// run, which sends the environment, still has it once resumed. It had
+// none: the resume did not send it either.
+func TestResumeBeforeFirstRunKeepsEnv(t *testing.T) {
+	g := sandboxtest.Python(t)
+	ctx := context.Background()
+	s, err := g.NewSession(ctx, &sandbox.Config{Env: map[string]string{"GREETING": "hi"}})
+	require.NoError(t, err)
+	defer s.Close()
+	var buf bytes.Buffer
+	require.NoError(t, s.Snapshot(&buf))
+	r, err := g.ResumeSession(ctx, &buf, nil)
+	require.NoError(t, err)
+	defer r.Close()
+	res, err := r.Run(ctx, "import os; os.environ.get('GREETING')", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "'hi'", res.Value)
+}

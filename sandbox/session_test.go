@@ -22,7 +22,7 @@ import (
 	"github.com/fumehood/fumehood/sandbox"
 )
 
-// newSession starts a session on the session build, closed at the end of the test.
+// newSession starts a session on the Python guest, closed at the end of the test.
 func newSession(t *testing.T, cfg *sandbox.Config) *sandbox.Session {
 	t.Helper()
 	s, err := sandboxtest.Python(t).NewSession(context.Background(), cfg)

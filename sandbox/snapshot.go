@@ -292,6 +292,9 @@ func (g *Guest) ResumeSession(ctx context.Context, r io.Reader, cfg *Config) (*S
 		s.rand = seededRand(deriveSeed(h.Seed, h.Runs))
 	}
 	s.reseed = true
+	// A session snapshotted before its first run never received its
+	// environment (a run sends it): the first run after the resume does.
+	s.sendEnv = h.Runs == 0
 	s.fds = h.Descriptors
 	if err := s.instantiate(ctx, true); err != nil {
 		return fail(err)

@@ -116,8 +116,76 @@ func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
 // otherwise (ErrUnavailable) may still have landed, its acknowledgement
 // lost: the next call continues from whichever head the store holds.
 func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Context, s *sandbox.Session, fresh bool) error) error {
+	return c.do(ctx, name, doCreate, run)
+}
+
+// Update is Do on a conversation that exists: one without a head (never
+// started, deleted, expired) is ErrNotFound, checked before the lease is
+// taken and again under it, and nothing runs. Start begins one.
+func (c *Sessions) Update(ctx context.Context, name string, run func(ctx context.Context, s *sandbox.Session) error) error {
+	return c.do(ctx, name, doUpdate, func(ctx context.Context, s *sandbox.Session, _ bool) error { return run(ctx, s) })
+}
+
+// View is Update for a call that does not change the session, such as
+// reading its files: it holds the lease while view runs, and commits
+// nothing; the session stays live at the head it was at.
+func (c *Sessions) View(ctx context.Context, name string, view func(ctx context.Context, s *sandbox.Session) error) error {
+	return c.do(ctx, name, doView, func(ctx context.Context, s *sandbox.Session, _ bool) error { return view(ctx, s) })
+}
+
+// The modes of do.
+const (
+	doCreate = iota // Do: a conversation without a head starts afresh
+	doUpdate        // Update: it is ErrNotFound
+	doView          // View: as Update, and nothing is committed
+)
+
+// Start begins a conversation with s as its first state: it stores its
+// snapshot and commits it only if the conversation has no head (else
+// ErrConflict, and nothing is written), and keeps s live. Start takes s
+// over: it is closed if it is not kept.
+func (c *Sessions) Start(ctx context.Context, name string, s *sandbox.Session) error {
+	keep := false
+	defer func() {
+		if !keep {
+			s.Close()
+		}
+	}()
 	if c.isClosed() {
 		return ErrClosed
+	}
+	var buf bytes.Buffer
+	if err := s.Snapshot(&buf); err != nil {
+		return fmt.Errorf("sessionstore: %q: snapshotting the session: %w", name, err)
+	}
+	ref, err := c.st.Put(ctx, name, buf.Bytes())
+	if err != nil {
+		return err
+	}
+	head, err := c.st.Commit(ctx, name, Head{}, ref)
+	if err != nil {
+		if errors.Is(err, ErrConflict) {
+			_ = c.st.Drop(ctx, name, ref)
+		}
+		return err
+	}
+	keep = c.keep(name, s, head)
+	return nil
+}
+
+func (c *Sessions) do(ctx context.Context, name string, mode int, run func(ctx context.Context, s *sandbox.Session, fresh bool) error) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	if mode != doCreate {
+		// Checked before the lease too: a name that was never started
+		// leaves no lease record behind.
+		if _, err := c.st.Load(ctx, name); err != nil {
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrTampered) {
+				c.drop(name)
+			}
+			return err
+		}
 	}
 	leave, err := c.takeTurn(ctx, name)
 	if err != nil {
@@ -139,11 +207,11 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 	defer lost()
 
 	head, err := c.st.Load(ctx, name)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrNotFound) && mode == doCreate {
 		head, err = Head{}, nil
 	}
-	if errors.Is(err, ErrTampered) {
-		c.drop(name) // the store is under attack: keep nothing of it
+	if errors.Is(err, ErrTampered) || errors.Is(err, ErrNotFound) {
+		c.drop(name) // the store is under attack, or the conversation is gone: keep nothing of it
 	}
 	if err != nil {
 		return err // any other failure leaves the live session as it was
@@ -159,10 +227,20 @@ func (c *Sessions) Do(ctx context.Context, name string, run func(ctx context.Con
 		}
 	}()
 	if err := run(rctx, s, fresh); err != nil {
+		if mode == doView && lost() == nil {
+			keep = c.keep(name, s, head) // unchanged: it is still at head
+		}
 		if lerr := lost(); lerr != nil {
 			return fmt.Errorf("%w (the run: %w)", lerr, err) // what stopped it
 		}
 		return err
+	}
+	if mode == doView {
+		if err := lost(); err != nil {
+			return err
+		}
+		keep = c.keep(name, s, head)
+		return nil
 	}
 	var buf bytes.Buffer
 	if err := s.Snapshot(&buf); err != nil {

@@ -364,3 +364,57 @@ func TestSessionsBusyInProcess(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// TestSessionsStartUpdateView: Update and View refuse a conversation that
+// was never started (ErrNotFound, leaving no lease behind) or was deleted,
+// and never create one; Start begins one from a given session once (a
+// second Start is ErrConflict); View runs under the lease and commits
+// nothing, so the head stays where it was.
+func TestSessionsStartUpdateView(t *testing.T) {
+	root := t.TempDir()
+	st := openDir(t, root, &sessionstore.Options{Key: testKey})
+	a, b := newSessions(t, st), newSessions(t, st)
+	ctx := context.Background()
+	nop := func(context.Context, *sandbox.Session) error { return nil }
+	require.ErrorIs(t, a.Update(ctx, "never", nop), sessionstore.ErrNotFound)
+	require.ErrorIs(t, a.View(ctx, "never", nop), sessionstore.ErrNotFound)
+	_, err := st.Load(ctx, "never")
+	require.ErrorIs(t, err, sessionstore.ErrNotFound, "Update created nothing")
+	leases, _ := filepath.Glob(filepath.Join(root, "leases", "*never*"))
+	assert.Empty(t, leases, "no lease was taken for a conversation that does not exist")
+
+	py := sandboxtest.Python(t)
+	s, err := py.NewSession(ctx, &sandbox.Config{Env: map[string]string{"GREETING": "hi"}})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx, "conv", s))
+	s2, err := py.NewSession(ctx, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, b.Start(ctx, "conv", s2), sessionstore.ErrConflict)
+
+	run := func(c *sessionstore.Sessions, code string) string {
+		var v string
+		require.NoError(t, c.Update(ctx, "conv", func(ctx context.Context, s *sandbox.Session) error {
+			res, err := s.Run(ctx, code, nil)
+			if err == nil {
+				v = res.Value
+			}
+			return err
+		}))
+		return v
+	}
+	assert.Equal(t, "'hi'", run(b, "import os; x = 41; os.environ['GREETING']"), "B resumed the session A started")
+	before, err := st.Load(ctx, "conv")
+	require.NoError(t, err)
+	require.NoError(t, a.View(ctx, "conv", func(ctx context.Context, s *sandbox.Session) error {
+		_, err := s.Files().ReadDir("/work")
+		return err
+	}))
+	after, err := st.Load(ctx, "conv")
+	require.NoError(t, err)
+	assert.Equal(t, before.Revision, after.Revision, "View commits nothing")
+	assert.Equal(t, "42", run(a, "x + 1"))
+
+	require.NoError(t, b.Delete(ctx, "conv"))
+	require.ErrorIs(t, a.Update(ctx, "conv", nop), sessionstore.ErrNotFound)
+	assert.Zero(t, a.Live(), "the deleted conversation's live session was closed")
+}

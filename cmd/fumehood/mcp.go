@@ -14,6 +14,7 @@ import (
 	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sessionstore"
 )
 
 // cmdMCP serves the sandbox to MCP clients over stdio, or streamable HTTP
@@ -28,7 +29,10 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			"and --memory-budget bound all clients together; over HTTP each client sees only\n"+
 			"its own sessions and snapshots, and --max-clients bounds the clients held. --mount\n"+
 			"and --volume directories are in every sandbox and session, shared by all of them\n"+
-			"(a read-write one within its quota, counted per sandbox).\n\nFlags:\n")
+			"(a read-write one within its quota, counted per sandbox).\n\n"+
+			"With --store, sessions are kept in the store (key: $"+storeKeyEnv+") and any server\n"+
+			"sharing it serves any of them: over HTTP, several replicas behind one address.\n"+
+			"A session ID is then the only proof of ownership: keep it secret.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	timeout := fs.Duration("timeout", sandbox.DefaultTimeout, "wall-time limit of a run (a call may ask for less)")
@@ -36,6 +40,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	memory := fs.String("memory", "", "memory limit of a sandbox or session, such as 64MiB (default 256MiB)")
 	maxOutput := fs.String("max-output", "", "bytes kept of each text of a result: stdout, stderr, value, exception, file read (default 1MiB)")
 	snapshotDir := fs.String("snapshot-dir", "", "directory of session snapshots; enables session_snapshot and session_restore")
+	store := fs.String("store", "", "keep sessions in this store, shared by every replica: a directory, file:///DIR or nats://HOST:PORT (key: $"+storeKeyEnv+"); not with --snapshot-dir")
+	leaseTTL := fs.Duration("lease-ttl", sessionstore.DefaultLeaseTTL, "with --store, how long a call holds its session in the store unrenewed: a replica that dies mid-call holds it that long")
 	maxSessions := fs.Int("max-sessions", 16, "sessions open at once, over all clients, at most")
 	maxRuns := fs.Int("max-runs", 0, "runs executing at once, over all clients; a call past it waits (default GOMAXPROCS, at least 2)")
 	budget := fs.String("memory-budget", "", "host memory of the server's guests: each open session and each run_python in progress holds twice --memory and twice the 128 MiB root quota of it (default (--max-sessions + --max-runs) times that)")
@@ -62,6 +68,9 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *idle == 0 {
 		opts.IdleTimeout = -1
 	}
+	if *leaseTTL <= 0 {
+		return &usageError{"--lease-ttl must be positive"}
+	}
 	if *fuel < 0 || *maxSessions <= 0 || *maxRuns < 0 || *idle < 0 || *maxClients <= 0 {
 		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions and --max-clients must be positive"}
 	}
@@ -85,6 +94,17 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return &usageError{fmt.Sprintf("invalid --memory-budget %q", *budget)}
 		}
 		opts.MemoryBudget = n
+	}
+	if *store != "" {
+		if *snapshotDir != "" {
+			return &usageError{"--store keeps every session across restarts already: drop --snapshot-dir"}
+		}
+		st, err := openStore(ctx, *store)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		opts.Store, opts.LeaseTTL = st, *leaseTTL
 	}
 	c := common{cacheDir: cacheDir, with: with}
 	var m *metrics
@@ -120,7 +140,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	// Each client has its own MCP session (Mcp-Session-Id), which owns its
 	// sessions and snapshots; when it ends (DELETE, idle past
 	// --idle-timeout, or evicted past --max-clients) its sessions are
-	// closed.
+	// closed. With --store, no MCP session is kept (stateless HTTP): the
+	// sessions are in the store, and any replica serves any request.
 	m.watch(srv)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.handler())

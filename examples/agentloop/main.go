@@ -93,9 +93,8 @@ func main() {
 }
 
 func run(ctx context.Context, w io.Writer) error {
-	// Sessions need the session build of the guest (prepared once per
-	// machine, in minutes, with Binaryen's wasm-opt; Install prepares it
-	// when it is missing).
+	// The guest, built once per machine (`fumehood guest build`); its
+	// sessions and one-shot runs start from the same images.
 	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return err

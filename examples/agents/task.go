@@ -8,6 +8,10 @@ import (
 	"github.com/fumehood/fumehood/sandbox"
 )
 
+// Limits are the code tool's limits in both examples: its description
+// tells the model them.
+var Limits = sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10}
+
 // Task is what the user asks the agent in both examples.
 const Task = "Which customer spent the most in /work/orders.csv? Draw a bar chart of the totals."
 
@@ -35,26 +39,16 @@ func Shown(arguments string) string {
 	return arguments
 }
 
-// ToolOptions are the code tool's options in both examples: a run's
-// limits (which the tool's description states) and Setup.
-func ToolOptions() *codetool.Options {
-	return &codetool.Options{
-		Limits: sandbox.Limits{Timeout: 10 * time.Second, MaxOutput: 32 << 10},
-		Setup:  Setup,
-	}
-}
-
 // ToolDescription is the description both examples give the model: the
-// code tool's, with ToolOptions, for the guest sandbox.CompilePython
-// loads. The fake API servers of the examples' tests check that a request
-// carries it.
+// code tool's, for the guest sandbox.CompilePython loads. The fake API servers of the
+// examples' tests check that a request carries it.
 func ToolDescription(ctx context.Context) (string, error) {
 	py, err := sandbox.CompilePython(ctx, nil)
 	if err != nil {
 		return "", err
 	}
 	defer py.Close()
-	tool, err := codetool.New(py, ToolOptions())
+	tool, err := codetool.New(py, &codetool.Options{Limits: Limits})
 	if err != nil {
 		return "", err
 	}

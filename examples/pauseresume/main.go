@@ -132,7 +132,7 @@ func resume(ctx context.Context, w io.Writer, name string) error {
 	return nil
 }
 
-// compile compiles the session build of the Python guest.
+// compile compiles the Python guest.
 func compile(ctx context.Context) (*sandbox.Guest, error) {
 	return sandbox.CompilePython(ctx, nil)
 }

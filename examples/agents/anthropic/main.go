@@ -46,7 +46,10 @@ func run(ctx context.Context, client anthropic.Client, model anthropic.Model, qu
 		return "", err
 	}
 	defer py.Close()
-	tool, err := codetool.New(py, agents.ToolOptions())
+	tool, err := codetool.New(py, &codetool.Options{
+		Limits: agents.Limits,
+		Setup:  agents.Setup,
+	})
 	if err != nil {
 		return "", err
 	}

@@ -47,7 +47,10 @@ func run(ctx context.Context, client openai.Client, model string, question strin
 		return "", err
 	}
 	defer py.Close()
-	tool, err := codetool.New(py, agents.ToolOptions())
+	tool, err := codetool.New(py, &codetool.Options{
+		Limits: agents.Limits,
+		Setup:  agents.Setup,
+	})
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,199 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sessionstore"
+)
+
+// newID returns a new session ID: 128 random bits in hex.
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// storedPrefix begins the store's name of every session of the server.
+const storedPrefix = "mcp-"
+
+// storedName returns the name the Store keeps a session under: "mcp-"
+// and the SHA-256 of its ID in hex. The store, shared infrastructure,
+// never holds the ID itself, which is what lets a client reach the
+// session: a reader of the store learns which sessions exist, not how to
+// call them. ok is false for a string that is not an ID this server
+// issues (32 lower-case hex digits), which then reaches no session, and
+// the store is not asked.
+func storedName(id string) (name string, ok bool) {
+	if len(id) != 32 {
+		return "", false
+	}
+	for _, c := range []byte(id) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	sum := sha256.Sum256([]byte(id))
+	name = storedPrefix + hex.EncodeToString(sum[:])
+	if sessionstore.CheckName(name) != nil {
+		return "", false // cannot be: 68 bytes of [a-z0-9-]
+	}
+	return name, true
+}
+
+// startStore sets up the sessions kept in Options.Store. The memory
+// budget holds the sessions kept live between calls (MaxSessions, fewer
+// if the budget is smaller, leaving room for one call at least) as if
+// they were always there, and each call reserves what one more session
+// holds while it has one in memory.
+func (s *Server) startStore() {
+	keep := min(s.opts.MaxSessions, int(s.opts.MemoryBudget/s.charge)-1)
+	maxLive := keep
+	if keep <= 0 {
+		keep, maxLive = 0, -1
+	}
+	s.kept = keep
+	s.stored = sessionstore.NewSessions(s.opts.Store, s.py, &sessionstore.SessionsOptions{
+		Config: s.sessionConfig(nil), LeaseTTL: s.opts.LeaseTTL, MaxLive: maxLive})
+}
+
+// storeError is the error of a stored session's call: a session that is
+// not in the store is one that does not exist for the caller, as without
+// a store.
+func storeError(id string, err error) error {
+	switch {
+	case errors.Is(err, sessionstore.ErrNotFound):
+		return noSession(id)
+	case errors.Is(err, sessionstore.ErrBusy):
+		return fmt.Errorf("session %q is busy with another call (on this server or another replica): try again when it ends", trunc(id, 100))
+	case errors.Is(err, sessionstore.ErrClosed):
+		return errServerClosed
+	case errors.Is(err, sessionstore.ErrConflict), errors.Is(err, sessionstore.ErrLeaseLost):
+		return fmt.Errorf("session %q: another call of it ran at the same time and was kept instead of this one: "+
+			"this call's effects are discarded, and the session is as that call left it (%w)", trunc(id, 100), err)
+	}
+	return fmt.Errorf("session %q: %w", trunc(id, 100), err)
+}
+
+// holdCall reserves the memory of one session in memory for a call of a
+// stored session; the returned func gives it back.
+func (s *Server) holdCall(ctx context.Context, id string) (name string, release func(), err error) {
+	name, ok := storedName(id)
+	if !ok {
+		return "", nil, noSession(id)
+	}
+	if err := s.reserve(ctx, false); err != nil {
+		return "", nil, err
+	}
+	return name, func() { s.release(false) }, nil
+}
+
+func (s *Server) createStored(ctx context.Context, in createInput) (*mcp.CallToolResult, sessionRef, error) {
+	id := newID()
+	name, release, err := s.holdCall(ctx, id)
+	if err != nil {
+		return nil, sessionRef{}, err
+	}
+	defer release()
+	ss, err := s.py.NewSession(ctx, s.sessionConfig(in.Env))
+	if err != nil {
+		return nil, sessionRef{}, err
+	}
+	if err := s.stored.Start(ctx, name, ss); err != nil {
+		return nil, sessionRef{}, storeError(id, err)
+	}
+	return nil, sessionRef{SessionID: id}, nil
+}
+
+func (s *Server) runStored(ctx context.Context, in sessionRunInput, cfg *sandbox.RunOptions) (*mcp.CallToolResult, runOutput, error) {
+	name, release, err := s.holdCall(ctx, in.SessionID)
+	if err != nil {
+		return nil, runOutput{}, err
+	}
+	defer release()
+	var (
+		res    *sandbox.Result
+		runErr error
+		w      *codetool.Watch
+	)
+	err = s.stored.Update(ctx, name, func(ctx context.Context, ss *sandbox.Session) error {
+		// The lease first, then a run slot: a call holding a slot never
+		// waits for a lease.
+		done, err := s.acquireRun(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
+		w = codetool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
+		res, runErr = ss.Run(ctx, in.Code, cfg)
+		if errors.Is(runErr, sandbox.ErrClosed) {
+			return runErr // stopped with files open: nothing to commit
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return s.result(res, runErr, w)
+	case res != nil && errors.Is(err, sandbox.ErrClosed):
+		// The session was closed: the next call continues from the last
+		// committed state.
+		return s.result(res, runErr, nil)
+	}
+	return nil, runOutput{}, storeError(in.SessionID, err)
+}
+
+func (s *Server) filesStored(ctx context.Context, in filesInput) (*mcp.CallToolResult, filesOutput, error) {
+	name, release, err := s.holdCall(ctx, in.SessionID)
+	if err != nil {
+		return nil, filesOutput{}, err
+	}
+	defer release()
+	var (
+		tr  *mcp.CallToolResult
+		out filesOutput
+	)
+	op := func(_ context.Context, ss *sandbox.Session) error {
+		var err error
+		tr, out, err = s.fileOp(ss.Files(), in)
+		return err
+	}
+	var opErr error
+	if in.Op == "write" {
+		err = s.stored.Update(ctx, name, op) // committed, under the lease
+	} else {
+		// Reads change nothing: under the lease, nothing to commit.
+		err = s.stored.View(ctx, name, func(ctx context.Context, ss *sandbox.Session) error {
+			opErr = op(ctx, ss)
+			return nil
+		})
+	}
+	if err != nil {
+		if errors.Is(err, sessionstore.ErrNotFound) || errors.Is(err, sessionstore.ErrBusy) || errors.Is(err, sessionstore.ErrClosed) {
+			return nil, filesOutput{}, storeError(in.SessionID, err)
+		}
+		return nil, filesOutput{}, err
+	}
+	return tr, out, opErr
+}
+
+func (s *Server) closeStored(ctx context.Context, in sessionRef) (*mcp.CallToolResult, sessionRef, error) {
+	name, ok := storedName(in.SessionID)
+	if !ok {
+		return nil, sessionRef{}, noSession(in.SessionID)
+	}
+	if _, err := s.opts.Store.Load(ctx, name); err != nil {
+		return nil, sessionRef{}, storeError(in.SessionID, err)
+	}
+	if err := s.stored.Delete(ctx, name); err != nil {
+		return nil, sessionRef{}, storeError(in.SessionID, err)
+	}
+	return nil, in, nil
+}
