@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"bytes"
+	"compress/zlib"
 	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -28,6 +30,18 @@ var (
 	startupThread string
 	//go:embed startup_pwd.py
 	startupPwd string
+	//go:embed startup_process.py
+	startupProcess string
+	//go:embed startup_multiprocessing.py
+	startupMultiprocessing string
+	//go:embed startup_mmap.py
+	startupMmap string
+	//go:embed startup_fix_threading.py
+	startupFixThreading string
+	//go:embed startup_fix_signal.py
+	startupFixSignal string
+	//go:embed startup_fix_multiprocessing.py
+	startupFixMultiprocessing string
 	//go:embed runner.py
 	runnerSource string
 	//go:embed outcome_writer.py
@@ -36,20 +50,57 @@ var (
 	startupSource = startupLazy() + startupCore
 )
 
+// lazySources are the sources startup.py compiles only when they are
+// needed, by name.
+var lazySources = []struct{ name, source string }{
+	{"patches", startupPatches},
+	{"concurrent.futures.thread", startupThread},
+	{"pwd", startupPwd},
+	{"concurrent.futures.process", startupProcess},
+	{"multiprocessing", startupMultiprocessing},
+	{"mmap", startupMmap},
+	{"fix threading", startupFixThreading},
+	{"fix signal", startupFixSignal},
+	{"fix multiprocessing.context", startupFixMultiprocessing},
+}
+
 // startupLazy is the Python statement that gives startup.py the sources it
-// compiles only when they are needed: a JSON string is a Python string
-// literal.
+// compiles only when they are needed, as the dict _fumehood_lazy: a JSON
+// string is a Python string literal.
 func startupLazy() string {
-	b, err := json.Marshal(map[string]string{
-		"patches":                   startupPatches,
-		"concurrent.futures.thread": startupThread,
-		"pwd":                       startupPwd,
-	})
+	m := map[string]string{}
+	for _, l := range lazySources {
+		m[l.name] = l.source
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
 		panic(err) // strings always marshal
 	}
 	return "_fumehood_lazy = " + string(b) + "\n"
 }
+
+// oneShotStartup is the start-up code of a one-shot run from _start, which
+// takes the lazy sources packed from its last fixed argument (oneShotArgs):
+// CPython's start-up costs some 700 instructions for each byte of its
+// arguments, and the packed sources are a third of their size.
+var oneShotStartup = "_fumehood_lazy = __import__('sys').argv.pop(8)\n" + startupCore
+
+// lazyPacked is lazySources as oneShotStartup takes them: base64 of zlib
+// of "name NUL source NUL ...".
+var lazyPacked = func() string {
+	var raw bytes.Buffer
+	for i, l := range lazySources {
+		if i > 0 {
+			raw.WriteByte(0)
+		}
+		raw.WriteString(l.name + "\x00" + l.source)
+	}
+	var z bytes.Buffer
+	w, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
+	w.Write(raw.Bytes())
+	w.Close()
+	return base64.StdEncoding.EncodeToString(z.Bytes())
+}()
 
 // oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
 // the start-up code and the runner, which name their functions' code
@@ -68,7 +119,7 @@ func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, oneShotStartup + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource, lazyPacked}
 }
 
 //go:embed driver.py
