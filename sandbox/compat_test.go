@@ -151,7 +151,8 @@ if __name__ == "__main__":
 }
 
 // TestCompatAlarm: signal.alarm and setitimer deliver SIGALRM to the
-// handler at the time asked: a watchdog stops a loop and a sleep, an
+// handler at the time asked: a watchdog stops a loop, a sleep and a
+// thread's target (its exception is the program's, not the thread's), an
 // interval timer repeats, and without a handler the program ends as the
 // kernel would end it (status 142).
 func TestCompatAlarm(t *testing.T) {
@@ -182,6 +183,15 @@ try:
     time.sleep(10)
 except Timeout:
     print("sleep", round(time.monotonic() - t0, 1))
+import threading
+def spin():
+    while True:
+        pass
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+try:
+    threading.Thread(target=spin).start()
+except Timeout:
+    print("thread", signal.getsignal(signal.SIGALRM) is handler)
 hits = []
 signal.signal(signal.SIGALRM, lambda s, f: hits.append(s))
 signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
@@ -189,7 +199,7 @@ time.sleep(0.09)
 print(signal.setitimer(signal.ITIMER_REAL, 0)[1], len(hits) >= 3, signal.alarm(5), signal.alarm(0))
 `
 	for _, out := range compatRun(t, code) {
-		assert.Equal(t, "loop 1.0\nsleep 0.1\n0.02 True 0 5\n", out)
+		assert.Equal(t, "loop 1.0\nsleep 0.1\nthread True\n0.02 True 0 5\n", out)
 	}
 
 	res, err := sandboxtest.Python(t).Run(context.Background(), "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0.01)\nwhile True: pass", nil)

@@ -26,7 +26,9 @@ def patch(m):
                 return e.code
             sys.stderr.write(str(e.code) + "\n")
             return 1
-        except Exception:
+        except Exception as e:
+            if getattr(e, "_fumehood_signal", False):
+                raise  # a signal handler's: the program's (startup_fix_signal.py)
             import traceback
             sys.stderr.write("Process %s:\n" % p.name)
             traceback.print_exc()

@@ -1,6 +1,6 @@
 # fumehood's fix of the signal module, compiled by startup.py when it is
-# imported, in a namespace holding sys and TIMER (the built guest's timer, or None); patch(m) fixes it after it
-# executed.
+# imported, in a namespace holding sys and TIMER (the built guest's timer,
+# or None); patch(m) fixes it after it executed.
 
 def patch(m):
     # SIGALRM at the time asked: signal.alarm, setitimer and getitimer
@@ -90,3 +90,41 @@ def patch(m):
         time.sleep(left(t) / 1e9 + 0.001)
 
     m.setitimer, m.getitimer, m.alarm, m.pause = setitimer, getitimer, alarm, pause
+
+    # An exception a handler raises is the program's, as in the main thread,
+    # even while a thread's or process's target runs inline (its
+    # exception would end only that target): the handler is wrapped to
+    # mark it, and the inline Thread.start and Process.start raise a
+    # marked exception on.
+    install, getsignal = m.signal, m.getsignal
+    wrapped = {}  # wrapper -> the handler it wraps
+
+    def given(handler):
+        try:
+            return wrapped.get(handler, handler)
+        except TypeError:  # unhashable
+            return handler
+
+    def signal(signalnum, handler):
+        if callable(handler):
+            inner = handler
+
+            def handler(signum, frame):
+                try:
+                    return inner(signum, frame)
+                except BaseException as e:
+                    e._fumehood_signal = True
+                    raise
+
+            wrapped[handler] = inner
+        old = install(signalnum, handler)
+        try:
+            return wrapped.pop(old, old)
+        except TypeError:
+            return old
+
+    def get(signalnum):
+        return given(getsignal(signalnum))
+
+    signal.__doc__, get.__doc__ = install.__doc__, getsignal.__doc__
+    m.signal, m.getsignal = signal, get

@@ -85,7 +85,9 @@ def patch(m):
         self._started.set()
         try:
             self.run()
-        except BaseException:
+        except BaseException as e:
+            if getattr(e, "_fumehood_signal", False):
+                raise  # a signal handler's: the program's (startup_fix_signal.py)
             # As a thread's end does: SystemExit ends it quietly.
             self._invoke_excepthook(self)
         finally:
