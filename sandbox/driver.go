@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/tetratelabs/wazero/experimental/sys"
+
 	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
@@ -80,14 +82,15 @@ func startupLazy() string {
 }
 
 // oneShotStartup is the start-up code of a one-shot run from _start, which
-// takes the lazy sources packed from its last fixed argument (oneShotArgs):
-// CPython's start-up costs some 700 instructions for each byte of its
-// arguments, and the packed sources are a third of their size.
+// takes the lazy sources from its last fixed argument (oneShotArgs): the
+// path of a file of them in the control directory (lazyFile), read only
+// when one is needed, or, without a control directory, the sources
+// packed. CPython's start-up costs some 700 instructions for each byte of
+// its arguments, and most runs need none of the sources.
 var oneShotStartup = "_fumehood_lazy = __import__('sys').argv.pop(8)\n" + startupCore
 
-// lazyPacked is lazySources as oneShotStartup takes them: base64 of zlib
-// of "name NUL source NUL ...".
-var lazyPacked = func() string {
+// lazyRaw is lazySources as a file: "name NUL source NUL ...".
+var lazyRaw = func() []byte {
 	var raw bytes.Buffer
 	for i, l := range lazySources {
 		if i > 0 {
@@ -95,12 +98,43 @@ var lazyPacked = func() string {
 		}
 		raw.WriteString(l.name + "\x00" + l.source)
 	}
+	return raw.Bytes()
+}()
+
+// lazyPacked is lazyRaw compressed (zlib, then base64), for a run without
+// a control directory.
+var lazyPacked = func() string {
 	var z bytes.Buffer
 	w, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
-	w.Write(raw.Bytes())
+	w.Write(lazyRaw)
 	w.Close()
 	return base64.StdEncoding.EncodeToString(z.Bytes())
 }()
+
+// lazyFile is the name of the lazy sources' file in a one-shot run's
+// control directory.
+const lazyFile = "lazy"
+
+// lazyArg puts the lazy sources in the sandbox's control directory for a
+// one-shot run from _start and returns the argument that tells
+// oneShotStartup where they are. The directory is emptied after the run.
+func (s *Sandbox) lazyArg() string {
+	if s.ctlFS == nil {
+		return lazyPacked
+	}
+	f, errno := s.ctlFS.OpenFile(lazyFile, sys.O_CREAT|sys.O_TRUNC|sys.O_WRONLY, 0o444)
+	if errno != 0 {
+		return lazyPacked
+	}
+	_, errno = f.Write(lazyRaw)
+	if cerr := f.Close(); errno == 0 {
+		errno = cerr
+	}
+	if errno != 0 {
+		return lazyPacked
+	}
+	return controlPath + "/" + lazyFile
+}
 
 // oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
 // the start-up code and the runner, which name their functions' code
@@ -111,15 +145,16 @@ const oneShotBootstrap = "exec(__import__('sys').argv[1])"
 // under name (default "<string>") in a sandbox whose mounts quotas
 // describes (Sandbox.mountQuotas), before the program's own arguments.
 // The runner writes an exception's outcome at the guest path result, each
-// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go).
+// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go);
+// lazy is lazyArg's.
 //
 // -u: unbuffered, so output written before a stop is kept.
 // -B: never write .pyc files.
-func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
+func oneShotArgs(code, name, quotas, result string, maxValue int, lazy string) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, oneShotStartup + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource, lazyPacked}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, oneShotStartup + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource, lazy}
 }
 
 //go:embed driver.py

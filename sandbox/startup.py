@@ -56,13 +56,19 @@ def _fumehood_startup():
     timer = globals().pop("_fumehood_timer", None)  # the built guest's driver's
 
     def text(key):
-        # A one-shot run from _start gets the sources packed, base64 of
-        # zlib of "name NUL source NUL ...": every byte of an argument
-        # costs the interpreter's start-up, and most runs need none.
+        # A one-shot run from _start gets the path of a file of the sources
+        # ("name NUL source NUL ..."), or them packed (base64 of zlib): every
+        # byte of an argument costs the interpreter's start-up, and most
+        # runs need none.
         nonlocal lazy
         if isinstance(lazy, str):
-            import binascii, zlib
-            parts = zlib.decompress(binascii.a2b_base64(lazy)).decode().split("\0")
+            if lazy.startswith("/"):
+                with open(lazy, "rb") as f:
+                    raw = f.read()
+            else:
+                import binascii, zlib
+                raw = zlib.decompress(binascii.a2b_base64(lazy))
+            parts = raw.decode().split("\0")
             lazy = dict(zip(parts[::2], parts[1::2]))
         return lazy[key]
     tag = globals()["_fumehood_tag"]
