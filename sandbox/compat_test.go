@@ -241,7 +241,9 @@ except TimeoutError:
 }
 
 // TestCompatMmap: mmap of a regular file reads it and writes back on flush
-// and close; ACCESS_READ refuses writes, ACCESS_COPY keeps them.
+// and close; ACCESS_READ refuses writes, ACCESS_COPY keeps them; a map
+// written to whose file was closed first (WASI has no dup) says so and
+// writes nothing.
 func TestCompatMmap(t *testing.T) {
 	code := `
 import mmap, re
@@ -268,9 +270,16 @@ with open("/work/m.bin", "r+b") as f:
         c[0:1] = b"x"
         print(c[:2])
 print(open("/work/m.bin", "rb").read(2))
+with open("/work/m.bin", "r+b") as f:
+    late = mmap.mmap(f.fileno(), 0)
+    late[0:1] = b"h"
+try:
+    late.close()
+except OSError as e:
+    print("file closed first", e.errno, late.closed, open("/work/m.bin", "rb").read(2))
 `
 	want := "29 b'hello' 104 6 b'hello world\\n' b'second line\\n'\nb'HELLO'\nb'HELLO World' True\n" +
-		"b'second' b'HEL'\nread-only\nb'xE'\nb'HE'\n"
+		"b'second' b'HEL'\nread-only\nb'xE'\nb'HE'\nfile closed first 9 True b'HE'\n"
 	for _, out := range compatRun(t, code) {
 		assert.Equal(t, want, out)
 	}
