@@ -151,10 +151,11 @@ if __name__ == "__main__":
 }
 
 // TestCompatAlarm: signal.alarm and setitimer deliver SIGALRM to the
-// handler at the time asked: a watchdog stops a loop, a sleep and a
-// thread's target (its exception is the program's, not the thread's), an
-// interval timer repeats, and without a handler the program ends as the
-// kernel would end it (status 142).
+// handler at the time asked (never before it; how late depends on the
+// machine's load: see ARCHITECTURE.md for figures): a watchdog stops a loop,
+// a sleep and a thread's target (its exception is the program's, not the
+// thread's), an interval timer repeats, and without a handler the program
+// ends as the kernel would end it (status 142).
 func TestCompatAlarm(t *testing.T) {
 	if sandboxtest.Guest(t) == sandbox.GuestNPM {
 		// Its interpreter has no driver to trip the signal: a clear error.
@@ -176,13 +177,13 @@ try:
     while True:
         pass
 except Timeout:
-    print("loop", round(time.monotonic() - t0, 1))
+    print("loop", time.monotonic() - t0 >= 1)
 t0 = time.monotonic()
 signal.setitimer(signal.ITIMER_REAL, 0.05)
 try:
     time.sleep(10)
 except Timeout:
-    print("sleep", round(time.monotonic() - t0, 1))
+    print("sleep", 0.05 <= time.monotonic() - t0 < 10)
 import threading
 def spin():
     while True:
@@ -195,11 +196,12 @@ except Timeout:
 hits = []
 signal.signal(signal.SIGALRM, lambda s, f: hits.append(s))
 signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
-time.sleep(0.09)
-print(signal.setitimer(signal.ITIMER_REAL, 0)[1], len(hits) >= 3, signal.alarm(5), signal.alarm(0))
+while len(hits) < 3:
+    time.sleep(0.01)
+print(signal.setitimer(signal.ITIMER_REAL, 0)[1], signal.alarm(5), signal.alarm(0))
 `
 	for _, out := range compatRun(t, code) {
-		assert.Equal(t, "loop 1.0\nsleep 0.1\nthread True\n0.02 True 0 5\n", out)
+		assert.Equal(t, "loop True\nsleep True\nthread True\n0.02 0 5\n", out)
 	}
 
 	res, err := sandboxtest.Python(t).Run(context.Background(), "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0.01)\nwhile True: pass", nil)
