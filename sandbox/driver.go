@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"bytes"
+	"compress/zlib"
 	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +14,8 @@ import (
 	"io"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/tetratelabs/wazero/experimental/sys"
 
 	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/snapshot"
@@ -28,6 +32,18 @@ var (
 	startupThread string
 	//go:embed startup_pwd.py
 	startupPwd string
+	//go:embed startup_process.py
+	startupProcess string
+	//go:embed startup_multiprocessing.py
+	startupMultiprocessing string
+	//go:embed startup_mmap.py
+	startupMmap string
+	//go:embed startup_fix_threading.py
+	startupFixThreading string
+	//go:embed startup_fix_signal.py
+	startupFixSignal string
+	//go:embed startup_fix_multiprocessing.py
+	startupFixMultiprocessing string
 	//go:embed runner.py
 	runnerSource string
 	//go:embed outcome_writer.py
@@ -36,19 +52,88 @@ var (
 	startupSource = startupLazy() + startupCore
 )
 
+// lazySources are the sources startup.py compiles only when they are
+// needed, by name.
+var lazySources = []struct{ name, source string }{
+	{"patches", startupPatches},
+	{"concurrent.futures.thread", startupThread},
+	{"pwd", startupPwd},
+	{"concurrent.futures.process", startupProcess},
+	{"multiprocessing", startupMultiprocessing},
+	{"mmap", startupMmap},
+	{"fix threading", startupFixThreading},
+	{"fix signal", startupFixSignal},
+	{"fix multiprocessing.context", startupFixMultiprocessing},
+}
+
 // startupLazy is the Python statement that gives startup.py the sources it
-// compiles only when they are needed: a JSON string is a Python string
-// literal.
+// compiles only when they are needed, as the dict _fumehood_lazy: a JSON
+// string is a Python string literal.
 func startupLazy() string {
-	b, err := json.Marshal(map[string]string{
-		"patches":                   startupPatches,
-		"concurrent.futures.thread": startupThread,
-		"pwd":                       startupPwd,
-	})
+	m := map[string]string{}
+	for _, l := range lazySources {
+		m[l.name] = l.source
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
 		panic(err) // strings always marshal
 	}
 	return "_fumehood_lazy = " + string(b) + "\n"
+}
+
+// oneShotStartup is the start-up code of a one-shot run from _start, which
+// takes the lazy sources from its last fixed argument (oneShotArgs): the
+// path of a file of them in the control directory (lazyFile), read only
+// when one is needed, or, without a control directory, the sources
+// packed. CPython's start-up costs some 700 instructions for each byte of
+// its arguments, and most runs need none of the sources.
+var oneShotStartup = "_fumehood_lazy = __import__('sys').argv.pop(8)\n" + startupCore
+
+// lazyRaw is lazySources as a file: "name NUL source NUL ...".
+var lazyRaw = func() []byte {
+	var raw bytes.Buffer
+	for i, l := range lazySources {
+		if i > 0 {
+			raw.WriteByte(0)
+		}
+		raw.WriteString(l.name + "\x00" + l.source)
+	}
+	return raw.Bytes()
+}()
+
+// lazyPacked is lazyRaw compressed (zlib, then base64), for a run without
+// a control directory.
+var lazyPacked = func() string {
+	var z bytes.Buffer
+	w, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
+	w.Write(lazyRaw)
+	w.Close()
+	return base64.StdEncoding.EncodeToString(z.Bytes())
+}()
+
+// lazyFile is the name of the lazy sources' file in a one-shot run's
+// control directory.
+const lazyFile = "lazy"
+
+// lazyArg puts the lazy sources in the sandbox's control directory for a
+// one-shot run from _start and returns the argument that tells
+// oneShotStartup where they are. The directory is emptied after the run.
+func (s *Sandbox) lazyArg() string {
+	if s.ctlFS == nil {
+		return lazyPacked
+	}
+	f, errno := s.ctlFS.OpenFile(lazyFile, sys.O_CREAT|sys.O_TRUNC|sys.O_WRONLY, 0o444)
+	if errno != 0 {
+		return lazyPacked
+	}
+	_, errno = f.Write(lazyRaw)
+	if cerr := f.Close(); errno == 0 {
+		errno = cerr
+	}
+	if errno != 0 {
+		return lazyPacked
+	}
+	return controlPath + "/" + lazyFile
 }
 
 // oneShotBootstrap is the interpreter's -c code in a one-shot run: it runs
@@ -60,15 +145,16 @@ const oneShotBootstrap = "exec(__import__('sys').argv[1])"
 // under name (default "<string>") in a sandbox whose mounts quotas
 // describes (Sandbox.mountQuotas), before the program's own arguments.
 // The runner writes an exception's outcome at the guest path result, each
-// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go).
+// text cut to maxValue+1 bytes, with outcome_writer.py (oneshot_outcome.go);
+// lazy is lazyArg's.
 //
 // -u: unbuffered, so output written before a stop is kept.
 // -B: never write .pyc files.
-func oneShotArgs(code, name, quotas, result string, maxValue int) []string {
+func oneShotArgs(code, name, quotas, result string, maxValue int, lazy string) []string {
 	if name == "" {
 		name = "<string>"
 	}
-	return []string{"-u", "-B", "-c", oneShotBootstrap, startupSource + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource}
+	return []string{"-u", "-B", "-c", oneShotBootstrap, oneShotStartup + runnerSource, code, name, quotas, result, strconv.Itoa(maxValue), outcomeWriterSource, lazy}
 }
 
 //go:embed driver.py

@@ -372,7 +372,7 @@ func (s *Sandbox) RunScript(ctx context.Context, name, code string, opts *RunOpt
 	// not UTF-8, which the request (JSON) cannot carry as they are and
 	// python's command line takes as surrogate escapes.
 	at := s.outcomePath()
-	res, err := s.exec(ctx, "python", append(oneShotArgs(code, name, s.quotas, at, lim.MaxOutput), args...), opts, true)
+	res, err := s.exec(ctx, "python", append(oneShotArgs(code, name, s.quotas, at, lim.MaxOutput, s.lazyArg()), args...), opts, true)
 	return s.takeOutcome(res, err, at, lim.MaxOutput)
 }
 

@@ -149,8 +149,9 @@ func TestOneShotControlDirectoryCannotBeJammed(t *testing.T) {
 	assert.Equal(t, 1, res.ExitCode)
 	assert.Equal(t, sandbox.StopExit, res.Stop)
 	assert.Contains(t, string(res.Stderr), "ZeroDivisionError: division by zero")
-	// The next run of the sandbox reports again.
-	res, err = sb.Run(ctx, "import os\nprint(os.listdir('/.fumehood'))\n1/0", nil)
+	// The next run of the sandbox reports again. (A run from _start finds
+	// the start-up code's lazy sources there, which the host writes for it.)
+	res, err = sb.Run(ctx, "import os\nprint([n for n in os.listdir('/.fumehood') if n != 'lazy'])\n1/0", nil)
 	require.NotNil(t, res)
 	assert.Equal(t, "[]\n", string(res.Stdout), "the directory is emptied after each run")
 	var exc *sandbox.Exception

@@ -62,7 +62,7 @@ func BenchmarkPreinit(b *testing.B) {
 			var res *Result
 			if start {
 				at := sb.outcomePath()
-				res, err = sb.exec(ctx, "python", oneShotArgs("print(1)", "", sb.quotas, at, DefaultMaxOutput), nil, true)
+				res, err = sb.exec(ctx, "python", oneShotArgs("print(1)", "", sb.quotas, at, DefaultMaxOutput, sb.lazyArg()), nil, true)
 			} else {
 				res, err = sb.Run(ctx, "print(1)", nil)
 			}
