@@ -109,8 +109,9 @@ func InstructionsFor(info GuestInfo, network *netpolicy.Policy, mounts []sandbox
 	}
 	b.WriteString(". ")
 	b.WriteString(networkRules(network))
-	b.WriteString(" No subprocesses. One thread: threading.Thread.start fails, while asyncio and " +
-		"concurrent.futures.ThreadPoolExecutor work, running tasks one after another. ")
+	b.WriteString(" No subprocesses. One thread: threading.Thread.start runs the target to its end " +
+		"before returning (a wait on another thread raises), and asyncio and concurrent.futures' " +
+		"executors run tasks one after another. ")
 	b.WriteString("The filesystem is in memory: keep data and results under /work, scratch files under /tmp")
 	for i, m := range mounts {
 		if i == 0 {

@@ -31,7 +31,7 @@ const Name = "run_python"
 const Instructions = "Python 3.13.5 (CPython compiled to WebAssembly) with the standard library only: " +
 	"no pip and no third-party packages (no numpy, pandas or matplotlib); ssl and ctypes are missing. " +
 	"No network: urllib, http.client and sockets raise PermissionError. " +
-	"No subprocesses. One thread: threading.Thread.start fails, while asyncio and concurrent.futures.ThreadPoolExecutor work, running tasks one after another. " +
+	"No subprocesses. One thread: threading.Thread.start runs the target to its end before returning (a wait on another thread raises), and asyncio and concurrent.futures' executors run tasks one after another. " +
 	"The filesystem is in memory: keep data and results under /work, scratch files under /tmp. " +
 	"Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped."
 

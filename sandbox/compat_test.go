@@ -63,23 +63,218 @@ print(asyncio.run(sq(7)))
 }
 
 // TestCompatThreads: ThreadPoolExecutor runs tasks in the calling thread at
-// submit; Thread.start says the sandbox has one thread.
+// submit; Thread.start runs the target to its end, as the thread it is
+// (current_thread, is_alive, join, an exception printed as a thread's);
+// a wait no other thread could end raises RuntimeError instead of hanging.
 func TestCompatThreads(t *testing.T) {
 	code := `
 from concurrent.futures import ThreadPoolExecutor
-import threading
+import threading, queue, sys
 order = []
 with ThreadPoolExecutor(4) as ex:
     f = ex.submit(order.append, 1)
     order.append(2)
     print(f.done(), order, list(ex.map(abs, [-1, -2])))
+seen = []
+ts = [threading.Thread(target=lambda i=i: seen.append((i, threading.current_thread().name)), name="w%d" % i) for i in range(2)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print(seen, [t.is_alive() for t in ts], "stopped" in repr(ts[0]), threading.current_thread().name)
+sys.stderr = sys.stdout
+t = threading.Thread(target=lambda: 1 / 0, name="boom")
+t.start()
+t.join()
+q = queue.Queue()
+threading.Thread(target=q.put, args=(5,)).start()
+print(q.get())
+lock = threading.Lock()
+lock.acquire()
+print(lock.acquire(timeout=0.01), threading.Event().wait(0.01))
+for wait in (q.get, lock.acquire, threading.Event().wait, threading.Semaphore(0).acquire):
+    try:
+        wait()
+    except RuntimeError as e:
+        print("would wait forever" in str(e))
+`
+	want := "True [1, 2] [1, 2]\n[(0, 'w0'), (1, 'w1')] [False, False] True MainThread\n" +
+		"Exception in thread boom:\n"
+	for _, out := range compatRun(t, code) {
+		assert.True(t, strings.HasPrefix(out, want), out)
+		assert.Contains(t, out, "ZeroDivisionError")
+		assert.True(t, strings.HasSuffix(out, "\n5\nFalse False\nTrue\nTrue\nTrue\nTrue\n"), out)
+	}
+}
+
+// TestCompatMultiprocessing: multiprocessing's Pool, Process, Queue, Value,
+// Lock and Pipe, and ProcessPoolExecutor, run their work inline.
+func TestCompatMultiprocessing(t *testing.T) {
+	code := `
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing.pool import ThreadPool
+def sq(x):
+    return x * x
+def add(a, b):
+    return a + b
+def child(q, v, lock):
+    with lock:
+        v.value += 1
+    q.put(mp.current_process().name)
+if __name__ == "__main__":
+    with mp.Pool(4) as p:
+        r = p.apply_async(sq, (7,))
+        print(p.map(sq, range(4)), list(p.imap(sq, [2])), p.starmap(add, [(1, 2)]), r.get(1))
+    with ProcessPoolExecutor(2) as ex:
+        fs = [ex.submit(sq, i) for i in range(3)]
+        print(sorted(f.result() for f in as_completed(fs)), list(ex.map(sq, [4])))
+    q, v, lock = mp.Queue(), mp.Value("i", 0), mp.Lock()
+    ps = [mp.Process(target=child, args=(q, v, lock)) for _ in range(2)]
+    for x in ps:
+        x.start()
+    for x in ps:
+        x.join()
+    print([x.exitcode for x in ps], v.value, q.get(), q.get(), ps[0].is_alive())
+    p = mp.Process(target=exit, args=(3,))
+    p.start(); p.join()
+    a, b = mp.Pipe()
+    a.send("ping")
+    with mp.get_context("spawn").Pool(2) as pool, ThreadPool(2) as tp:
+        print(p.exitcode, b.recv(), pool.map(sq, [5]), tp.map(sq, [6]))
+`
+	want := "[0, 1, 4, 9] [4] [3] 49\n[0, 1, 4] [16]\n[0, 0] 2 Process-1 Process-2 False\n3 ping [25] [36]\n"
+	for _, out := range compatRun(t, code) {
+		assert.Equal(t, want, out)
+	}
+}
+
+// TestCompatAlarm: signal.alarm and setitimer deliver SIGALRM to the
+// handler at the time asked (never before it; how late depends on the
+// machine's load: see ARCHITECTURE.md for figures): a watchdog stops a loop,
+// a sleep and a thread's target (its exception is the program's, not the
+// thread's), an interval timer repeats, and without a handler the program
+// ends as the kernel would end it (status 142).
+func TestCompatAlarm(t *testing.T) {
+	code := `
+import signal, time
+class Timeout(Exception):
+    pass
+def handler(sig, frame):
+    raise Timeout
+signal.signal(signal.SIGALRM, handler)
+t0 = time.monotonic()
+signal.alarm(1)
 try:
-    threading.Thread(target=print).start()
-except RuntimeError as e:
-    print("one thread" in str(e), "ThreadPoolExecutor" in str(e))
+    while True:
+        pass
+except Timeout:
+    print("loop", time.monotonic() - t0 >= 1)
+t0 = time.monotonic()
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+try:
+    time.sleep(10)
+except Timeout:
+    print("sleep", 0.05 <= time.monotonic() - t0 < 10)
+import threading
+def spin():
+    while True:
+        pass
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+try:
+    threading.Thread(target=spin).start()
+except Timeout:
+    print("thread", signal.getsignal(signal.SIGALRM) is handler)
+hits = []
+signal.signal(signal.SIGALRM, lambda s, f: hits.append(s))
+signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
+while len(hits) < 3:
+    time.sleep(0.01)
+print(signal.setitimer(signal.ITIMER_REAL, 0)[1], signal.alarm(5), signal.alarm(0))
 `
 	for _, out := range compatRun(t, code) {
-		assert.Equal(t, "True [1, 2] [1, 2]\nTrue True\n", out)
+		assert.Equal(t, "loop True\nsleep True\nthread True\n0.02 0 5\n", out)
+	}
+
+	res, err := sandboxtest.Python(t).Run(context.Background(), "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0.01)\nwhile True: pass", nil)
+	var exit *sandbox.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 142, exit.Code)
+	assert.Contains(t, string(res.Stderr), "signal 14")
+}
+
+// TestCompatAlarmDeterministic: in deterministic mode the alarm follows the
+// deterministic clock, so it stops a loop at the same point of every run.
+func TestCompatAlarmDeterministic(t *testing.T) {
+	code := `
+import signal, time
+def handler(sig, frame):
+    raise TimeoutError
+signal.signal(signal.SIGALRM, handler)
+n = 0
+signal.setitimer(signal.ITIMER_REAL, 0.2)
+try:
+    while True:
+        n += 1
+except TimeoutError:
+    print(n, time.monotonic_ns())
+`
+	py := sandboxtest.Python(t)
+	var outs []string
+	for range 2 {
+		res, err := runDeterministic(t, py, code, 1)
+		require.NoError(t, err, "%s", res.Stderr)
+		outs = append(outs, string(res.Stdout))
+	}
+	assert.Equal(t, outs[0], outs[1])
+	var n, ns int64
+	_, err := fmt.Sscan(outs[0], &n, &ns)
+	require.NoError(t, err)
+	assert.Greater(t, n, int64(1000))
+}
+
+// TestCompatMmap: mmap of a regular file reads it and writes back on flush
+// and close; ACCESS_READ refuses writes, ACCESS_COPY keeps them; a map
+// written to whose file was closed first (WASI has no dup) says so and
+// writes nothing.
+func TestCompatMmap(t *testing.T) {
+	code := `
+import mmap, re
+with open("/work/m.bin", "wb") as f:
+    f.write(b"hello world\nsecond line\nthird")
+with open("/work/m.bin", "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    print(len(m), m[:5], m[0], m.find(b"world"), m.readline(), m.readline())
+    m[0:5] = b"HELLO"
+    m.flush()
+    print(open("/work/m.bin", "rb").read(5))
+    m.seek(6)
+    m.write(b"W")
+    m.close()
+print(open("/work/m.bin", "rb").read(11), m.closed)
+with open("/work/m.bin", "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as r:
+    print(re.search(rb"sec\w+", r).group(), bytes(memoryview(r)[:3]))
+    try:
+        r[0] = 1
+    except TypeError:
+        print("read-only")
+with open("/work/m.bin", "r+b") as f:
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as c:
+        c[0:1] = b"x"
+        print(c[:2])
+print(open("/work/m.bin", "rb").read(2))
+with open("/work/m.bin", "r+b") as f:
+    late = mmap.mmap(f.fileno(), 0)
+    late[0:1] = b"h"
+try:
+    late.close()
+except OSError as e:
+    print("file closed first", e.errno, late.closed, open("/work/m.bin", "rb").read(2))
+`
+	want := "29 b'hello' 104 6 b'hello world\\n' b'second line\\n'\nb'HELLO'\nb'HELLO World' True\n" +
+		"b'second' b'HEL'\nread-only\nb'xE'\nb'HE'\nfile closed first 9 True b'HE'\n"
+	for _, out := range compatRun(t, code) {
+		assert.Equal(t, want, out)
 	}
 }
 

@@ -26,19 +26,45 @@ var (
 	startupThread string
 	//go:embed startup_pwd.py
 	startupPwd string
+	//go:embed startup_process.py
+	startupProcess string
+	//go:embed startup_multiprocessing.py
+	startupMultiprocessing string
+	//go:embed startup_mmap.py
+	startupMmap string
+	//go:embed startup_fix_threading.py
+	startupFixThreading string
+	//go:embed startup_fix_signal.py
+	startupFixSignal string
+	//go:embed startup_fix_multiprocessing.py
+	startupFixMultiprocessing string
 
 	startupSource = startupLazy() + startupCore
 )
 
+// lazySources are the sources startup.py compiles only when they are
+// needed, by name.
+var lazySources = []struct{ name, source string }{
+	{"patches", startupPatches},
+	{"concurrent.futures.thread", startupThread},
+	{"pwd", startupPwd},
+	{"concurrent.futures.process", startupProcess},
+	{"multiprocessing", startupMultiprocessing},
+	{"mmap", startupMmap},
+	{"fix threading", startupFixThreading},
+	{"fix signal", startupFixSignal},
+	{"fix multiprocessing.context", startupFixMultiprocessing},
+}
+
 // startupLazy is the Python statement that gives startup.py the sources it
-// compiles only when they are needed: a JSON string is a Python string
-// literal.
+// compiles only when they are needed, as the dict _fumehood_lazy: a JSON
+// string is a Python string literal.
 func startupLazy() string {
-	b, err := json.Marshal(map[string]string{
-		"patches":                   startupPatches,
-		"concurrent.futures.thread": startupThread,
-		"pwd":                       startupPwd,
-	})
+	m := map[string]string{}
+	for _, l := range lazySources {
+		m[l.name] = l.source
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
 		panic(err) // strings always marshal
 	}

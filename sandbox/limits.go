@@ -84,6 +84,9 @@ type runState struct {
 	// flushOutput, if set, passes on the output the caller's streams are
 	// still to get (an unended line), before the guest waits.
 	flushOutput func()
+
+	// alarm is the guest's SIGALRM timer, on the guest's goroutine only.
+	alarm alarm
 }
 
 // stop records why the run must end and poisons the fuel so that the guest
@@ -150,12 +153,20 @@ func (r *runState) topUpLocked() bool {
 
 // outOfFuel is the guest's fumehood.out_of_fuel import: it runs on the
 // guest's goroutine when the fuel global went negative, at least once a
-// chunk.
-func outOfFuel(ctx context.Context, _ api.Module) {
+// chunk. Once the fuel is topped up, it rings the guest's alarm if it is
+// due (alarm.go).
+func outOfFuel(ctx context.Context, mod api.Module) {
 	r, _ := ctx.Value(runKey{}).(*runState)
 	if r == nil {
 		panic(errors.New("sandbox: out_of_fuel called outside a run"))
 	}
+	r.refuel()
+	r.ring(ctx, mod)
+}
+
+// refuel tops up the fuel global from the budget, asking for more when it
+// is spent, or panics with the reason the run stops.
+func (r *runState) refuel() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {

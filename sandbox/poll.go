@@ -104,7 +104,15 @@ func poll(ctx context.Context, mod api.Module, in, out, n, resultPtr uint32) uin
 	}
 	if len(ready) == 0 {
 		if r != nil && r.sleep != nil {
-			r.sleep(int64(earliest))
+			// Until the guest's alarm, if it comes first: its handler runs
+			// once the guest is back, the sleep reported done (WASI's C
+			// library has no EINTR for it).
+			wait := int64(earliest)
+			if when, ok := r.alarm.due(ctx, mod); ok && r.nanotime != nil {
+				wait = min(wait, max(when-r.nanotime(), 0))
+			}
+			r.sleep(wait)
+			r.ring(ctx, mod)
 		}
 		for i := range int(n) {
 			if subs[i*subscriptionSize+8] == eventClock && timeouts[i] <= earliest {

@@ -1,17 +1,30 @@
-# fumehood's start-up code: run before the code of every Python run (one-shot
-# runs: see sandbox/run.go; sessions: at the top of the driver, so in the base
-# image). It imports nothing but sys: it adds one import hook that fixes the
+# fumehood's start-up code: run before the code of every Python run, one-shot
+# or in a session (once per pre-initialized image, before the driver's Python
+# side). It imports nothing but sys: it adds one import hook that fixes the
 # modules below as they are imported, with the code of startup_patches.py,
 # compiled then: a run that imports none of them pays only for compiling
-# this file. The host puts the sources of startup_patches.py,
-# startup_thread.py and startup_pwd.py before it, as the dict _fumehood_lazy.
+# this file. The host puts the sources of startup_patches.py and the
+# modules' (startup_thread.py, startup_pwd.py, ...) before it, as the dict
+# _fumehood_lazy.
 #
 #   asyncio                    an event loop without a self-pipe (the guest
 #                              has no socketpair), installed as the policy's
 #   concurrent.futures.thread  ThreadPoolExecutor running each task in the
 #                              calling thread at submit (missing in the guest;
 #                              startup_thread.py)
-#   threading                  Thread.start says the sandbox has one thread
+#   threading                  Thread.start runs the target to its end; a
+#                              wait no other thread could end raises
+#   concurrent.futures.process ProcessPoolExecutor as ThreadPoolExecutor
+#                              (startup_process.py)
+#   multiprocessing.context    Process.start runs the target inline
+#   multiprocessing.pool, .queues, .synchronize, .sharedctypes  Pool,
+#                              Queue, Lock, Value, Pipe... inline
+#                              (startup_multiprocessing.py)
+#   signal                     alarm, setitimer(ITIMER_REAL), getitimer,
+#                              pause: SIGALRM through the host (with the
+#                              built guest's _fumehood_timer)
+#   mmap                       a copy of the file, written back on flush
+#                              and close (startup_mmap.py)
 #   socket                     gethostname/getfqdn are "sandbox"; connecting
 #                              raises PermissionError naming the policy
 #   urllib.request, http.client  without a network policy: PermissionError
@@ -40,6 +53,10 @@ def _fumehood_startup():
                 mounts[path] = int(quota or 0)
 
     lazy = globals().pop("_fumehood_lazy")
+    timer = globals().pop("_fumehood_timer", None)  # the built guest's driver's
+
+    def text(key):
+        return lazy[key]
     tag = globals()["_fumehood_tag"]
     fixes = {}  # the namespace of startup_patches.py, once compiled
 
@@ -51,19 +68,55 @@ def _fumehood_startup():
     def load():
         if not fixes:
             fixes.update(__name__="fumehood_patches", sys=sys, USER=USER, HOME=HOME, HOST=HOST,
-                         mounts=mounts, sources=sources, run=run)
-            run(lazy["patches"], fixes)
+                         mounts=mounts, run=run)
+            run(text("patches"), fixes)
         return fixes
 
     def fix(name):
         def apply(module):
-            load()["patch_" + name.replace(".", "_")](module)
+            if "fix " + name in own:
+                # A fix of its own, compiled alone (startup_fix_*.py).
+                namespace = {"__name__": "fumehood_fix", "sys": sys, "run": run, "TIMER": timer}
+                run(text("fix " + name), namespace)
+                namespace["patch"](module)
+            else:
+                load()["patch_" + name.replace(".", "_")](module)
         return apply
+
+    own = {"fix threading", "fix signal", "fix multiprocessing.context"}
 
     patches = {name: fix(name) for name in
                ("shutil", "socket", "urllib.request", "http.client", "threading", "getpass", "asyncio",
-                "locale")}
-    sources = {name: lazy[name] for name in ("concurrent.futures.thread", "pwd")}
+                "locale", "signal", "multiprocessing.context")}
+    sources = {name: name for name in ("concurrent.futures.thread", "concurrent.futures.process", "pwd", "mmap")}
+    for name in ("pool", "queues", "synchronize", "sharedctypes"):
+        sources["multiprocessing." + name] = "multiprocessing"
+
+    class Patching:
+        # The loader of a module to fix: its own, then the fix.
+        def __init__(self, loader, fix):
+            self._loader, self._fix = loader, fix
+
+        def __getattr__(self, name):
+            return getattr(self._loader, name)
+
+        def create_module(self, spec):
+            return self._loader.create_module(spec)
+
+        def exec_module(self, module):
+            self._loader.exec_module(module)
+            self._fix(module)
+
+    class Source:
+        # The loader of a module of sources.
+        def create_module(self, spec):
+            return None
+
+        def get_source(self, name):
+            return text(sources[name])
+
+        def exec_module(self, module):
+            run(text(sources[module.__name__]), module.__dict__)
 
     busy = set()
 
@@ -72,7 +125,7 @@ def _fumehood_startup():
         def find_spec(cls, name, path=None, target=None):
             if name in sources:
                 from importlib.machinery import ModuleSpec
-                return ModuleSpec(name, load()["Source"](), origin="fumehood")
+                return ModuleSpec(name, Source(), origin="fumehood")
             fix = patches.get(name)
             if fix is None or name in busy:
                 return None
@@ -87,7 +140,7 @@ def _fumehood_startup():
                         continue
                     spec = finder.find_spec(name, path, target)
                     if spec is not None:
-                        spec.loader = load()["Patching"](spec.loader, fix)
+                        spec.loader = Patching(spec.loader, fix)
                         return spec
             finally:
                 busy.discard(name)

@@ -1,9 +1,9 @@
 # fumehood's fixes of standard modules, compiled by startup.py the first time
 # one of them is imported (so runs that import none of them do not pay for
 # compiling this). startup.py runs it in a namespace holding sys, USER,
-# HOME, HOST, mounts, sources and run; each patch_NAME(module) fixes the
-# module NAME (dots as underscores) after it executed, with Patching as its
-# loader; Source loads the modules of sources; expand is os.path.expanduser.
+# HOME, HOST, mounts and run; each patch_NAME(module) fixes the module NAME
+# (dots as underscores) after it executed (startup.py's Patching is its
+# loader); expand is os.path.expanduser.
 
 def network():
     # The network policy's sitecustomize leaves its import hook here.
@@ -62,15 +62,6 @@ def patch_http_client(m):
         return connect(self)
 
     cls.connect = guarded
-
-def patch_threading(m):
-    def start(self):
-        raise RuntimeError(
-            "threading.Thread.start: the sandbox runs one thread and cannot start "
-            "another; use concurrent.futures.ThreadPoolExecutor (its tasks run in the "
-            "calling thread, at submit) or asyncio (asyncio.to_thread runs inline too)")
-
-    m.Thread.start = start
 
 def patch_getpass(m):
     getuser = m.getuser
@@ -166,31 +157,6 @@ def patch_shutil(m):
     if "disk_usage" not in m.__all__:
         m.__all__.append("disk_usage")
 
-
-class Patching:
-    def __init__(self, loader, fix):
-        self._loader, self._fix = loader, fix
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._fix(module)
-
-
-class Source:
-    def create_module(self, spec):
-        return None
-
-    def get_source(self, name):
-        return sources[name]
-
-    def exec_module(self, module):
-        run(sources[module.__name__], module.__dict__)
 
 
 def expand(expanduser, path):

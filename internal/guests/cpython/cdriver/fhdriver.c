@@ -26,6 +26,26 @@
  *                                of the bytes it returned (the outcome),
  *                                valid until the next call. 0 when the
  *                                Python side failed (its error on stderr).
+ *   fumehood_timer() -> p        the address of the alarm: two i64 (little
+ *                                endian), when SIGALRM is due on the run's
+ *                                monotonic clock in ns (0: never) and the
+ *                                interval that re-arms it (0: none). The
+ *                                start-up code's signal.alarm and
+ *                                setitimer write them, through the
+ *                                memoryview _fumehood_timer that
+ *                                fumehood_init puts in the namespace; the
+ *                                host reads them at its fuel checks and
+ *                                sleeps. fumehood_exec clears them: an
+ *                                alarm ends with its run.
+ *   fumehood_signal(sig) -> rc   what the kernel does when signal sig
+ *                                arrives: the Python handler runs at the
+ *                                interpreter's next check (the signal is
+ *                                tripped, as PyErr_SetInterruptEx does; it
+ *                                is async-signal-safe, so the host may call
+ *                                it from any fuel check), an ignored
+ *                                signal does nothing, and one left to its
+ *                                default action ends the program with
+ *                                status 128+sig. -1 for a bad number.
  *
  * _start is untouched: the module is still a WASI command. An instance
  * runs either _start or fumehood_init, never both (each runs the C
@@ -54,6 +74,7 @@
 #include "pycore_compile.h"  /* _PyAST_Compile */
 #include "pycore_parser.h"   /* _PyParser_ASTFromString */
 #include "pycore_pyarena.h"  /* _PyArena_New, _PyArena_Free */
+#include "pycore_runtime.h"  /* _PyRuntime.signals */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -65,6 +86,30 @@ static int fh_state;      /* 0 new, 1 initialized, 2 failed */
 static PyObject *fh_exec; /* the Python side's fumehood_exec */
 static PyObject *fh_last; /* the last outcome, kept until the next call */
 static uint32_t fh_result[2];
+static int64_t fh_timer[2]; /* see fumehood_timer */
+
+__attribute__((export_name("fumehood_timer"))) uint32_t
+fumehood_timer(void)
+{
+    return (uint32_t)(uintptr_t)fh_timer;
+}
+
+__attribute__((export_name("fumehood_signal"))) int32_t
+fumehood_signal(int32_t signum)
+{
+    if (signum < 1 || signum >= Py_NSIG) {
+        return -1;
+    }
+    /* The handler as the signal module holds it: SIG_DFL is the int 0. */
+    PyObject *func = (PyObject *)_Py_atomic_load_ptr(&_PyRuntime.signals.handlers[signum].func);
+    if (func != NULL && PyLong_CheckExact(func) && PyLong_AsLong(func) == 0) {
+        fputs("fumehood: the program received signal ", stderr);
+        fprintf(stderr, "%d, whose default action ends it\n", (int)signum);
+        fflush(stderr);
+        _Exit(128 + signum);
+    }
+    return PyErr_SetInterruptEx(signum);
+}
 
 __attribute__((export_name("fumehood_alloc"))) void *
 fumehood_alloc(uint32_t n)
@@ -254,6 +299,9 @@ fumehood_init(const char *src, uint32_t n)
     PyObject *cc = ns ? PyCFunction_New(&fh_compile_def, NULL) : NULL;
     int ok = cc != NULL && PyDict_SetItemString(ns, fh_compile_def.ml_name, cc) == 0;
     Py_XDECREF(cc);
+    PyObject *timer = ok ? PyMemoryView_FromMemory((char *)fh_timer, sizeof fh_timer, PyBUF_WRITE) : NULL;
+    ok = timer != NULL && PyDict_SetItemString(ns, "_fumehood_timer", timer) == 0;
+    Py_XDECREF(timer);
     PyObject *r = ok ? PyRun_StringFlags(buf, Py_file_input, ns, ns, NULL) : NULL;
     free(buf);
     if (r == NULL) {
@@ -280,6 +328,7 @@ fumehood_exec(const char *req, uint32_t n)
     }
     Py_CLEAR(fh_last);
     fh_result[0] = fh_result[1] = 0;
+    fh_timer[0] = fh_timer[1] = 0;
     PyObject *arg = PyBytes_FromStringAndSize(req, n);
     if (arg == NULL) {
         fh_print_error();
