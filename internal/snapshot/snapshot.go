@@ -225,15 +225,19 @@ func Encode(w io.Writer, s *Snapshot) error {
 	if len(header) > MaxHeader || countValues(header) > MaxHeaderValues {
 		return fmt.Errorf("snapshot: %w: a header of %d bytes (at most %d) or more than %d values", ErrLimit, len(header), MaxHeader, MaxHeaderValues)
 	}
-	// The body's length comes before it and the checksum covers both, so
-	// the body is compressed twice, first only to count its bytes: it is
-	// never held (a full session's is hundreds of MB). s must not change
+	// The body's length comes before it and the checksum covers both. A
+	// compressed body of at most maxKept bytes (a small session's is a few
+	// hundred KB) is kept from compressing it once; a larger one is
+	// compressed twice, first only to count its bytes, so that it is never
+	// held (a full session's is hundreds of MB). s must not change
 	// meanwhile; the checksum is of the bytes written.
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
 	if err != nil {
 		return err
 	}
 	var count countingWriter
+	kept := &keepWriter{max: maxKept}
+	count.w = kept
 	if err := compressBody(enc, &count, s); err != nil {
 		return err
 	}
@@ -262,7 +266,11 @@ func Encode(w io.Writer, s *Snapshot) error {
 		return err
 	}
 	body := countingWriter{w: out}
-	if err := compressBody(enc, &body, s); err != nil {
+	if kept.buf != nil {
+		if _, err := body.Write(kept.buf); err != nil {
+			return err
+		}
+	} else if err := compressBody(enc, &body, s); err != nil {
 		return err
 	}
 	if body.n != count.n {
@@ -284,6 +292,32 @@ func compressBody(enc *zstd.Encoder, w io.Writer, s *Snapshot) error {
 }
 
 // countingWriter counts the bytes written to w (none: only counts).
+// maxKept is the largest compressed body Encode keeps instead of
+// compressing it a second time.
+const maxKept = 1 << 20
+
+// keepWriter keeps what is written to it up to max bytes; past it, it
+// drops it all (buf nil) and keeps nothing more.
+type keepWriter struct {
+	buf  []byte
+	max  int
+	over bool
+}
+
+func (k *keepWriter) Write(p []byte) (int, error) {
+	if !k.over {
+		if len(k.buf)+len(p) > k.max {
+			k.buf, k.over = nil, true
+		} else {
+			k.buf = append(k.buf, p...)
+			if k.buf == nil {
+				k.buf = []byte{}
+			}
+		}
+	}
+	return len(p), nil
+}
+
 type countingWriter struct {
 	w io.Writer
 	n int64
