@@ -154,11 +154,7 @@ func (c *Sessions) Start(ctx context.Context, name string, s *sandbox.Session) e
 	if c.isClosed() {
 		return ErrClosed
 	}
-	var buf bytes.Buffer
-	if err := s.Snapshot(&buf); err != nil {
-		return fmt.Errorf("sessionstore: %q: snapshotting the session: %w", name, err)
-	}
-	ref, err := c.st.Put(ctx, name, buf.Bytes())
+	ref, err := c.save(ctx, name, s)
 	if err != nil {
 		return err
 	}
@@ -242,11 +238,7 @@ func (c *Sessions) do(ctx context.Context, name string, mode int, run func(ctx c
 		keep = c.keep(name, s, head)
 		return nil
 	}
-	var buf bytes.Buffer
-	if err := s.Snapshot(&buf); err != nil {
-		return fmt.Errorf("sessionstore: %q: snapshotting the session: %w", name, err)
-	}
-	ref, err := c.st.Put(ctx, name, buf.Bytes())
+	ref, err := c.save(ctx, name, s)
 	if err != nil {
 		return err
 	}
@@ -508,4 +500,13 @@ func (c *Sessions) Close() error {
 		l.close()
 	}
 	return nil
+}
+
+// save snapshots s and puts the bytes in the store as name's, for a commit.
+func (c *Sessions) save(ctx context.Context, name string, s *sandbox.Session) (Ref, error) {
+	var buf bytes.Buffer
+	if err := s.Snapshot(&buf); err != nil {
+		return Ref{}, fmt.Errorf("sessionstore: %q: snapshotting the session: %w", name, err)
+	}
+	return c.st.Put(ctx, name, buf.Bytes())
 }

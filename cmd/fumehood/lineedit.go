@@ -78,9 +78,8 @@ func (t *termReader) Close() error { return nil }
 // Enter, and the line it ends is dropped, not run and not kept in the
 // history.
 type editor struct {
-	keys    *keyWatch
-	history *history
-	t       *term.Terminal
+	keys *keyWatch
+	t    *term.Terminal
 }
 
 func newEditor(keys io.Reader, out io.Writer) *editor {
@@ -89,9 +88,8 @@ func newEditor(keys io.Reader, out io.Writer) *editor {
 		io.Reader
 		io.Writer
 	}{w, out}, "")
-	h := &history{keys: w}
-	t.History = h
-	return &editor{keys: w, history: h, t: t}
+	t.History = &history{keys: w}
+	return &editor{keys: w, t: t}
 }
 
 func (e *editor) ReadLine(prompt string) (string, error) {

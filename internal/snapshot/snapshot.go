@@ -266,7 +266,7 @@ func Encode(w io.Writer, s *Snapshot) error {
 		return err
 	}
 	body := countingWriter{w: out}
-	if kept.buf != nil {
+	if !kept.over {
 		if _, err := body.Write(kept.buf); err != nil {
 			return err
 		}
@@ -296,8 +296,8 @@ func compressBody(enc *zstd.Encoder, w io.Writer, s *Snapshot) error {
 // compressing it a second time.
 const maxKept = 1 << 20
 
-// keepWriter keeps what is written to it up to max bytes; past it, it
-// drops it all (buf nil) and keeps nothing more.
+// keepWriter keeps what is written to it up to max bytes; past it (over),
+// it drops it all and keeps nothing more.
 type keepWriter struct {
 	buf  []byte
 	max  int
@@ -305,15 +305,12 @@ type keepWriter struct {
 }
 
 func (k *keepWriter) Write(p []byte) (int, error) {
-	if !k.over {
-		if len(k.buf)+len(p) > k.max {
-			k.buf, k.over = nil, true
-		} else {
-			k.buf = append(k.buf, p...)
-			if k.buf == nil {
-				k.buf = []byte{}
-			}
-		}
+	switch {
+	case k.over:
+	case len(k.buf)+len(p) > k.max:
+		k.buf, k.over = nil, true
+	default:
+		k.buf = append(k.buf, p...)
 	}
 	return len(p), nil
 }
