@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest guest-build-tools guest-build guest-build-numpy demo test vet fuzz soak race bench clean
+.PHONY: all build guest guest-build-tools guest-build guest-build-numpy guest-build-pandas demo test vet fuzz soak race bench clean
 
 all: build
 
@@ -46,6 +46,19 @@ guest-build-numpy: build guest-build-tools
 		echo "note: install Debian's python3-pytest to run numpy's tests in the guest (TestNumpyTestSuiteSlice)"
 	$(BIN) guest build --with numpy $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
 	$(BIN) guest info --with numpy
+
+# The variant with pandas 2.2.3 (and numpy) built in (internal/guests/cpython/pandas.go):
+# numpy's two tarballs as above; pandas' source and its pure-Python dependencies
+# come through apt. Debian's python3-pytest and python3-hypothesis run pandas'
+# own tests in the guest (TestPandasTestSuiteSlice) and python3-pandas is the
+# native baseline of BenchmarkPandas: installed here if missing (as root).
+guest-build-pandas: build guest-build-tools
+	@[ -d /usr/lib/python3/dist-packages/hypothesis ] && [ -d /usr/lib/python3/dist-packages/pandas ] || \
+		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pytest python3-hypothesis python3-pandas; } || \
+		echo "note: install Debian's python3-pytest, python3-hypothesis and python3-pandas to run pandas' tests in the guest and its benchmark"
+	$(BIN) guest build --with pandas $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
+	$(BIN) guest info --with pandas
 
 # The demo runs on our own CPython 3.13 guest, built first if it is not in the
 # cache (about 10 minutes on 2 cores from an empty cache, no root; the build

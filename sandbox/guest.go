@@ -74,8 +74,9 @@ type Options struct {
 	OnRun func(RunEvent)
 	// With asks for the variant of the built guest with these optional
 	// parts compiled in: "numpy" (numpy 2.2.5, built by `fumehood guest
-	// build --with numpy`). A variant that is not built is an error
-	// matching ErrGuestNotBuilt that names its build command.
+	// build --with numpy`) or "pandas" (pandas 2.2.3 with numpy, `fumehood
+	// guest build --with pandas`). A variant that is not built is an
+	// error matching ErrGuestNotBuilt that names its build command.
 	With []string
 }
 

@@ -33,9 +33,13 @@ var imageSource = startupSource + cpython.DriverPython
 func (g *Guest) sessionSource() string { return sessionSourceFor(g.pyInfo.With) }
 
 // sessionSourceFor is sessionSource for a guest with the optional parts
-// with: a variant's images have its part imported already (numpy: 1.5
-// billion fuel, a quarter of a second, that no run pays again).
+// with: a variant's images have its parts imported already (numpy: 1.5
+// billion fuel, a quarter of a second, that no run pays again; pandas
+// many times that).
 func sessionSourceFor(with []string) string {
+	if slices.Contains(with, cpython.Pandas) {
+		return imageSource + "import numpy\nimport pandas\n"
+	}
 	if slices.Contains(with, cpython.Numpy) {
 		return imageSource + "import numpy\n"
 	}

@@ -25,9 +25,9 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+cache.DirEnv+" or the user cache directory)")
 	fs.Bool("built", false, "info: accepted for old scripts (there is one Python guest)")
 	force := fs.Bool("force", false, "build: build again even when the guest is in the cache")
-	with := fs.String("with", "", "build, info: the variant with these optional parts, comma-separated ("+cpython.Numpy+")")
-	numpySource := fs.String("numpy-source", "", "build --with numpy: numpy's source tarball (pinned by SHA-256; see NumpyInputs)")
-	cythonSource := fs.String("cython-source", "", "build --with numpy: Cython's source tarball (pinned by SHA-256)")
+	with := fs.String("with", "", "build, info: the variant with these optional parts, comma-separated ("+cpython.Numpy+", "+cpython.Pandas+" (implies numpy))")
+	numpySource := fs.String("numpy-source", "", "build --with numpy or pandas: numpy's source tarball (pinned by SHA-256; see NumpyInputs)")
+	cythonSource := fs.String("cython-source", "", "build --with numpy or pandas: Cython's source tarball (pinned by SHA-256)")
 	if help, err := parse(fs, args[1:]); help || err != nil {
 		return err
 	}

@@ -182,8 +182,8 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.
 
 // withFlag adds the --with flag, which run, repl and mcp share.
 func withFlag(fs *flag.FlagSet) *string {
-	return fs.String("with", "", "the built guest's variant with these optional `PARTS`, comma-separated: numpy (build it first: \""+
-		cpython.BuildCommand+" --with numpy\")")
+	return fs.String("with", "", "the built guest's variant with these optional `PARTS`, comma-separated: numpy, pandas (which implies numpy; build it first: \""+
+		cpython.BuildCommand+" --with numpy\" or \"--with pandas\")")
 }
 
 // compile compiles the Python guest, or with --with its variant. One that

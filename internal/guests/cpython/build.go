@@ -59,7 +59,7 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 	if err := localInputs(d, opts, parts, local); err != nil { // optional parts (variant.go)
 		return Info{}, err
 	}
-	files, err := fetchInputs(ctx, d, opts, append(append([]Input(nil), Inputs...), tcInputs...))
+	files, err := fetchInputs(ctx, d, opts, append(append(append([]Input(nil), Inputs...), partInputs(parts)...), tcInputs...))
 	if err != nil {
 		return Info{}, err
 	}

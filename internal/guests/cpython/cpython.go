@@ -90,7 +90,8 @@ type Options struct {
 	Jobs int
 	// Force rebuilds even when the guest is in the cache.
 	Force bool
-	// With lists the optional parts built into the guest: [Numpy]. A guest
+	// With lists the optional parts built into the guest: [Numpy],
+	// [Pandas] (which implies Numpy). A guest
 	// with parts is a variant with its own cache key and manifest; Load,
 	// Built and StdlibFS given the same With find it.
 	With []string

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,13 +78,42 @@ var numpySkipModules = map[string]bool{
 	"numpy._core._simd": true, // tests SIMD dispatch, which is off
 }
 
-// numpySourceEdits are the changes made to numpy's tree before the build,
-// each a file, the text replaced, its replacement and how many times it
-// must occur.
-var numpySourceEdits = []struct {
+// sourceEdit is a change made to a source tree before its build: in
+// file, old replaced by new, which must occur n times.
+type sourceEdit struct {
 	file, old, new string
 	n              int
-}{
+}
+
+// applyEdits makes edits in the tree at dir.
+func applyEdits(dir string, edits []sourceEdit) error {
+	for _, e := range edits {
+		p := filepath.Join(dir, filepath.FromSlash(e.file))
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if got := strings.Count(string(data), e.old); got != e.n {
+			return fmt.Errorf("source edit of %s: %q occurs %d times, want %d", e.file, e.old, got, e.n)
+		}
+		if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(data), e.old, e.new)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// editsFlag describes edits for Info.Flags and the cache key.
+func editsFlag(edits []sourceEdit) string {
+	var out []string
+	for _, e := range edits {
+		out = append(out, e.file+": "+strconv.Quote(e.old)+" -> "+strconv.Quote(e.new))
+	}
+	return strings.Join(out, "; ")
+}
+
+// numpySourceEdits are the changes made to numpy's tree before the build.
+var numpySourceEdits = []sourceEdit{
 	// npy_cpu.h knows wasm only by emscripten's macro.
 	{"numpy/_core/include/numpy/npy_cpu.h", "#elif defined(__EMSCRIPTEN__)\n", "#elif defined(__EMSCRIPTEN__) || defined(__wasm__)\n", 1},
 	// .npy files are written and read through the file object: numpy's
@@ -140,16 +170,12 @@ func legacyRenames() string {
 // numpyFlags are the numpy part's flags, as recorded in Info.Flags and in
 // the cache key.
 func numpyFlags() []string {
-	var edits []string
-	for _, e := range numpySourceEdits {
-		edits = append(edits, e.file+": "+strconv.Quote(e.old)+" -> "+strconv.Quote(e.new))
-	}
 	return []string{
 		"numpy: recipe " + strconv.Itoa(NumpyRecipe),
 		"numpy: meson " + strings.Join(numpyMesonOptions, " "),
 		"numpy: c_args " + strings.Join(numpyCArgs("$W"), " "),
 		"numpy: cpp_args " + strings.Join(numpyCppArgs("$W"), " "),
-		"numpy: edits " + strings.Join(edits, "; "),
+		"numpy: edits " + editsFlag(numpySourceEdits),
 		"numpy: exceptions shim: a C++ throw aborts the run",
 	}
 }
@@ -170,13 +196,13 @@ const (
 )
 
 // numpySteps are the numpy variant's steps, run after CPython's cross
-// build and before the standard library is packed.
+// build and before the extension modules are linked (numpyLink) and the
+// standard library is packed.
 func (b *builder) numpySteps() []buildStep {
 	return []buildStep{
 		{"numpy: extract", b.numpyExtract},
 		{"numpy: configure (meson)", b.numpyConfigure},
 		{"numpy: compile", b.numpyCompile},
-		{"numpy: link into python.wasm", b.numpyLink},
 		{"numpy: python files", b.numpyPython},
 	}
 }
@@ -187,18 +213,8 @@ func (b *builder) numpyExtract(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, e := range numpySourceEdits {
-		p := b.path(numpySrc, e.file)
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if got := strings.Count(string(data), e.old); got != e.n {
-			return fmt.Errorf("numpy source edit of %s: %q occurs %d times, want %d", e.file, e.old, got, e.n)
-		}
-		if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(data), e.old, e.new)), 0o644); err != nil {
-			return err
-		}
+	if err := applyEdits(b.path(numpySrc), numpySourceEdits); err != nil {
+		return err
 	}
 	return os.MkdirAll(b.path("numpy-tools"), 0o755)
 }
@@ -282,7 +298,7 @@ func (b *builder) numpyConfigure(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(tools, "cc-wrap"), []byte(ccWrap), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(tools, "cross.ini"), []byte(b.numpyCrossFile()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tools, "cross.ini"), []byte(b.crossFile(numpyCArgs(b.w), numpyCppArgs(b.w))), 0o644); err != nil {
 		return err
 	}
 	// Cython runs on the build machine: the build Python runs it from source.
@@ -315,7 +331,9 @@ func pyList(items ...string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-func (b *builder) numpyCrossFile() string {
+// crossFile is the meson cross file of numpy's and pandas' builds, with
+// their C and C++ flags.
+func (b *builder) crossFile(cArgs, cppArgs []string) string {
 	wrap := b.path("numpy-tools", "cc-wrap")
 	sysroot := "--sysroot=" + b.path("wasi-libc", "usr")
 	return "[binaries]\n" +
@@ -326,8 +344,8 @@ func (b *builder) numpyCrossFile() string {
 		"pkg-config = 'pkg-config'\n\n" +
 		"[properties]\nlongdouble_format = 'IEEE_QUAD_LE'\nneeds_exe_wrapper = true\n\n" +
 		"[built-in options]\n" +
-		"c_args = " + pyList(numpyCArgs(b.w)...) + "\n" +
-		"cpp_args = " + pyList(numpyCppArgs(b.w)...) + "\n\n" +
+		"c_args = " + pyList(cArgs...) + "\n" +
+		"cpp_args = " + pyList(cppArgs...) + "\n\n" +
 		"[host_machine]\nsystem = 'wasi'\ncpu_family = 'wasm32'\ncpu = 'wasm32'\nendian = 'little'\n"
 }
 
@@ -342,9 +360,31 @@ type numpyModule struct {
 	libs          []string
 }
 
-// numpyModules lists the extension modules the meson build produced.
+// numpyModules lists the extension modules the meson builds of the
+// parts produced: numpy's, and pandas' in the pandas variant.
 func (b *builder) numpyModules() ([]numpyModule, error) {
-	root := b.path("numpy-build")
+	var mods []numpyModule
+	for _, dir := range b.mesonBuilds() {
+		m, err := b.modulesIn(b.path(dir))
+		if err != nil {
+			return nil, err
+		}
+		mods = append(mods, m...)
+	}
+	sort.Slice(mods, func(i, j int) bool { return mods[i].name < mods[j].name })
+	return mods, nil
+}
+
+// mesonBuilds are the build directories of the parts' meson builds.
+func (b *builder) mesonBuilds() []string {
+	if slices.Contains(b.parts, Pandas) {
+		return []string{"numpy-build", "pandas-build"}
+	}
+	return []string{"numpy-build"}
+}
+
+// modulesIn lists the extension modules of the meson build in root.
+func (b *builder) modulesIn(root string) ([]numpyModule, error) {
 	var mods []numpyModule
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -361,12 +401,11 @@ func (b *builder) numpyModules() ([]numpyModule, error) {
 		}
 		libs, err := os.ReadFile(p + ".libs")
 		if err != nil {
-			return fmt.Errorf("numpy module %s: %w", name, err)
+			return fmt.Errorf("module %s: %w", name, err)
 		}
 		mods = append(mods, numpyModule{name: name, archive: p, libs: strings.Fields(string(libs))})
 		return nil
 	})
-	sort.Slice(mods, func(i, j int) bool { return mods[i].name < mods[j].name })
 	return mods, err
 }
 
@@ -381,7 +420,7 @@ func (b *builder) numpyLink(ctx context.Context) error {
 		return err
 	}
 	if len(mods) == 0 {
-		return errors.New("numpy: the build produced no extension modules")
+		return errors.New("the builds produced no extension modules")
 	}
 	var decls, entries strings.Builder
 	var link []string
@@ -390,7 +429,7 @@ func (b *builder) numpyLink(ctx context.Context) error {
 	for _, m := range mods {
 		last := m.name[strings.LastIndex(m.name, ".")+1:]
 		if other, ok := inits[last]; ok {
-			return fmt.Errorf("numpy: modules %s and %s both have PyInit_%s", other, m.name, last)
+			return fmt.Errorf("modules %s and %s both have PyInit_%s", other, m.name, last)
 		}
 		inits[last] = m.name
 		fmt.Fprintf(&decls, "extern PyObject* PyInit_%s(void);\n", last)
@@ -478,15 +517,12 @@ func (b *builder) numpyPython(ctx context.Context) error {
 		b.path(numpySrc, "vendored-meson", "meson", "meson.py"), "install", "--no-rebuild", "--destdir", stage); err != nil {
 		return err
 	}
-	inits, err := filepath.Glob(filepath.Join(stage, "usr", "lib", "python3.13", "*-packages", "numpy", "__init__.py"))
+	staged, err := b.numpyStaged()
 	if err != nil {
 		return err
 	}
-	if len(inits) != 1 {
-		return fmt.Errorf("numpy: install: found %d numpy packages in %s", len(inits), stage)
-	}
 	dst := b.path("stdlib", "python3.13", "numpy")
-	if err := copyTree(filepath.Dir(inits[0]), dst, numpyExcluded); err != nil {
+	if err := copyTree(staged, dst, numpyExcluded); err != nil {
 		return err
 	}
 	// numpy/__config__.py records the compiler commands: map the work
@@ -500,6 +536,19 @@ func (b *builder) numpyPython(ctx context.Context) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dst, filepath.FromSlash(path.Dir(numpyNatype)), "__init__.py"), nil, 0o644)
+}
+
+// numpyStaged is the numpy package meson install staged.
+func (b *builder) numpyStaged() (string, error) {
+	stage := b.path("numpy-install")
+	inits, err := filepath.Glob(filepath.Join(stage, "usr", "lib", "python3.13", "*-packages", "numpy", "__init__.py"))
+	if err != nil {
+		return "", err
+	}
+	if len(inits) != 1 {
+		return "", fmt.Errorf("numpy: install: found %d numpy packages in %s", len(inits), stage)
+	}
+	return filepath.Dir(inits[0]), nil
 }
 
 // numpyNatype is the one module of numpy's tests that numpy.testing

@@ -28,6 +28,7 @@ type builder struct {
 	toolchain []Input // the cross toolchain's packages (ToolchainInputs)
 	tcVersion string  // clang's version line (unpackToolchain)
 	logs      int
+	parts     []string // the optional parts built in (Options.With, implied ones added)
 }
 
 type buildStep struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -16,7 +17,14 @@ import (
 // called from a few hooks in build.go: their inputs, tools, steps, key and
 // the fields of Info they fill.
 
-// parts returns o.With checked, sorted and without duplicates.
+// knownParts are the optional parts, each with the parts it implies.
+var knownParts = map[string][]string{
+	Numpy:  nil,
+	Pandas: {Numpy},
+}
+
+// parts returns o.With checked, with the parts they imply, sorted and
+// without duplicates.
 func (o *Options) parts() ([]string, error) {
 	if o == nil {
 		return nil, nil
@@ -24,12 +32,15 @@ func (o *Options) parts() ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, p := range o.With {
-		if p != Numpy {
-			return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownPart, p, Numpy)
+		implied, ok := knownParts[p]
+		if !ok {
+			return nil, fmt.Errorf("%w %q (known: %s, %s)", ErrUnknownPart, p, Numpy, Pandas)
 		}
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
+		for _, q := range append([]string{p}, implied...) {
+			if !seen[q] {
+				seen[q] = true
+				out = append(out, q)
+			}
 		}
 	}
 	sort.Strings(out)
@@ -43,14 +54,28 @@ func (o *Options) key() (string, error) {
 	if err != nil || len(parts) == 0 {
 		return Key(), err
 	}
-	b, _ := json.Marshal(struct {
-		Base      string
-		With      []string
-		Inputs    []LocalInput
-		Toolchain []string
-		Flags     []string
-	}{Key(), parts, NumpyInputs, toolchainIDs(numpyToolchainPins), numpyFlags()})
+	v := struct {
+		Base       string
+		With       []string
+		Inputs     []LocalInput
+		Toolchain  []string
+		Flags      []string
+		AptInputs  []Input  `json:",omitempty"`
+		PartsFlags []string `json:",omitempty"`
+	}{Key(), parts, NumpyInputs, toolchainIDs(numpyToolchainPins), numpyFlags(), nil, nil}
+	if slices.Contains(parts, Pandas) {
+		v.AptInputs, v.PartsFlags = PandasInputs, pandasFlags()
+	}
+	b, _ := json.Marshal(v)
 	return pipeline.Digest(b), nil
+}
+
+// partInputs are the inputs apt fetches for the parts beyond Inputs.
+func partInputs(parts []string) []Input {
+	if slices.Contains(parts, Pandas) {
+		return PandasInputs
+	}
+	return nil
 }
 
 // partTools are the tools the parts need beyond Tools.
@@ -104,10 +129,16 @@ func (b *builder) withParts(steps []buildStep, parts []string) []buildStep {
 	if len(parts) == 0 {
 		return steps
 	}
+	b.parts = parts
+	add := b.numpySteps()
+	if slices.Contains(parts, Pandas) {
+		add = append(add, b.pandasSteps()...)
+	}
+	add = append(add, buildStep{"link the extension modules into python.wasm", b.numpyLink})
 	var out []buildStep
 	for _, s := range steps {
 		if s.name == "standard library" {
-			out = append(out, b.numpySteps()...)
+			out = append(out, add...)
 		}
 		out = append(out, s)
 	}
@@ -126,6 +157,10 @@ func (b *builder) describeParts(info *Info, opts *Options) error {
 	info.With = parts
 	info.LocalInputs = NumpyInputs
 	info.Flags = append(info.Flags, numpyFlags()...)
+	if slices.Contains(parts, Pandas) {
+		info.Inputs = append(append([]Input(nil), info.Inputs...), PandasInputs...)
+		info.Flags = append(info.Flags, pandasFlags()...)
+	}
 	mods, err := b.numpyModules()
 	if err != nil {
 		return err
