@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/wasi"
 )
