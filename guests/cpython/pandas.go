@@ -66,7 +66,63 @@ var pandasSourceEdits = []sourceEdit{
 	// The version comes from versioneer, which the tarball lacks;
 	// _version_meson.py (pandasExtract) gives it to pandas itself.
 	{"meson.build", "version: run_command(['generate_version.py', '--print'], check: true).stdout().strip(),", "version: '" + PandasVersion + "',", 1},
+	// Linked into one binary, every extension module shares one symbol
+	// space (see numpySourceEdits). khash_python.h defines its allocation
+	// functions in the header, so six modules each had a global copy:
+	// made static.
+	{khashPython, "\nvoid *traced_malloc(size_t size) {", "\nstatic inline void *traced_malloc(size_t size) {", 1},
+	{khashPython, "\nvoid *traced_calloc(size_t num, size_t size) {", "\nstatic inline void *traced_calloc(size_t num, size_t size) {", 1},
+	{khashPython, "\nvoid *traced_realloc(void *old_ptr, size_t size) {", "\nstatic inline void *traced_realloc(void *old_ptr, size_t size) {", 1},
+	{khashPython, "\nvoid traced_free(void *ptr) {", "\nstatic inline void traced_free(void *ptr) {", 1},
+	// pandas' copy of numpy's datetime code defines four functions that
+	// numpy's _multiarray_umath defines too, one of them with another
+	// return type (a struct, where numpy's returns a pointer): pandas'
+	// copies are renamed. get_datetime_metadata_from_dtype is also the
+	// name of a field and a macro of pandas' datetime C API, so it is
+	// renamed where it is declared, defined and taken, not by a macro.
+	{npDatetimeH, "\nint is_leapyear(npy_int64 year);", "\n#define is_leapyear pandas_is_leapyear\n" +
+		"#define get_datetimestruct_days pandas_get_datetimestruct_days\n" +
+		"#define add_minutes_to_datetimestruct pandas_add_minutes_to_datetimestruct\n" +
+		"int is_leapyear(npy_int64 year);", 1},
+	{npDatetimeH, "PyArray_DatetimeMetaData get_datetime_metadata_from_dtype(PyArray_Descr *dtype);",
+		"PyArray_DatetimeMetaData pandas_get_datetime_metadata_from_dtype(PyArray_Descr *dtype);", 1},
+	{"pandas/_libs/src/vendored/numpy/datetime/np_datetime.c", "\nget_datetime_metadata_from_dtype(PyArray_Descr *dtype) {",
+		"\npandas_get_datetime_metadata_from_dtype(PyArray_Descr *dtype) {", 1},
+	{"pandas/_libs/src/datetime/pd_datetime.c", "capi->get_datetime_metadata_from_dtype = get_datetime_metadata_from_dtype;",
+		"capi->get_datetime_metadata_from_dtype = pandas_get_datetime_metadata_from_dtype;", 1},
+	// The guest has no ctypes (no libffi, no dynamic loading), and two
+	// modules that `import pandas` reaches import it at the top, for
+	// something that needs it only when called: a Windows-only clipboard
+	// error, and the dataframe interchange protocol's buffers by address.
+	{"pandas/errors/__init__.py", "\nimport ctypes\n", "\n", 1},
+	{"pandas/errors/__init__.py", "        message += f\" ({ctypes.WinError()})\"", "        import ctypes\n\n        message += f\" ({ctypes.WinError()})\"", 1},
+	// pandas issue 52451: where np.intc is not np.int32, merge's table
+	// takes np.intc for a 64-bit integer. On wasm32 (numpy 2) np.int32 is
+	// np.long and np.intc another 32-bit type, the default integer of
+	// np.arange among others, so a merge on such keys raised "Buffer
+	// dtype mismatch, expected 'const int64_t' but got 'int'": the
+	// factorizer is chosen by np.intc's size.
+	{"pandas/core/reshape/merge.py", "    _factorizers[np.intc] = libhashtable.Int64Factorizer\n",
+		"    _factorizers[np.intc] = libhashtable.Int64Factorizer if np.dtype(np.intc).itemsize == 8 else libhashtable.Int32Factorizer\n", 1},
+	// WASI cannot map files: fumehood's start-up code gives runs a copying
+	// mmap module, but a bare interpreter (Exec) has none, and pandas
+	// needs it only for read_csv(memory_map=True) and to check a handle
+	// when it writes Excel files.
+	{"pandas/io/common.py", "\nimport mmap\n", optionalMmap, 1},
+	{"pandas/io/excel/_openpyxl.py", "\nimport mmap\n", optionalMmap, 1},
+	{"pandas/core/interchange/from_dataframe.py", "\nimport ctypes\n", "\ntry:\n    import ctypes\nexcept ImportError:  # no ctypes: from_dataframe fails when it needs it\n    ctypes = None\n", 1},
 }
+
+// optionalMmap replaces `import mmap` where pandas needs the module only
+// for isinstance checks and memory_map=True: without it, mmap.mmap is a
+// class nothing is an instance of.
+const optionalMmap = "\ntry:\n    import mmap\nexcept ImportError:  # WASI: no mmap without fumehood's start-up code\n" +
+	"    import types as _types\n\n    mmap = _types.SimpleNamespace(mmap=type(\"mmap\", (), {}))\n"
+
+const (
+	khashPython = "pandas/_libs/include/pandas/vendored/klib/khash_python.h"
+	npDatetimeH = "pandas/_libs/include/pandas/vendored/numpy/datetime/np_datetime.h"
+)
 
 // pandasFlags are the pandas part's flags, as recorded in Info.Flags and
 // in the cache key.

@@ -182,7 +182,7 @@ func TestPandasBounds(t *testing.T) {
 
 	res, err := s.Run(ctx, `import pandas as pd, numpy as np
 df = pd.DataFrame(np.zeros((1000, 10)))
-big = pd.concat([df] * 40_000, ignore_index=True)
+big = pd.concat([df] * 10_000, ignore_index=True)  # 800 MB: past the 512 MiB limit
 print(big.shape)`, nil)
 	require.ErrorIs(t, err, sandbox.ErrMemoryLimit, "stderr: %s", res.Stderr)
 	assert.True(t, res.MemoryLimitHit)
