@@ -24,8 +24,9 @@ const PandasRecipe = 1
 
 // PandasInputs are what the pandas variant adds to [Inputs], fetched by
 // apt like them: pandas' source (Debian's repack leaves out one
-// documentation page and two git files) and its pure-Python dependencies,
-// whose architecture-independent packages hold the .py files. pytz is
+// documentation page and two git files), its pure-Python dependencies,
+// whose architecture-independent packages hold the .py files, and the
+// zone names Debian keeps apart (tzdata-legacy). pytz is
 // Debian's, which reads the zone files the guest already has
 // (/usr/share/zoneinfo) instead of a copy of its own; pandas' tzdata
 // dependency is optional (it warns only when an installed one is old), and
@@ -47,6 +48,10 @@ var PandasInputs = []Input{
 		File:     "python3-six_1.17.0-1_all.deb",
 		SHA256:   "cd1caa92b2860d1de83311cb77f9fab1ee66034ef997cc436d41a1707458666d",
 		Upstream: "six 1.17.0 (python-dateutil needs it)"},
+	{Package: "tzdata-legacy", Version: "2026f-0+deb13u1", Suite: "trixie", Kind: Binary,
+		File:     "tzdata-legacy_2026f-0+deb13u1_all.deb",
+		SHA256:   "92bb8f5ee8f87e6ee641ec3b24876d2d83b64dd1d7fe864b1cceac4cea7f1549",
+		Upstream: "tz 2026f backward-compatible zone names (US/Pacific, ...)"},
 }
 
 // pandasGitRevision is pandas' v2.2.3 release commit, which pandas
@@ -260,9 +265,20 @@ func (b *builder) pandasPython(ctx context.Context) error {
 	}
 	debs := b.path("pandas-deps")
 	for _, in := range PandasInputs[1:] {
-		if err := b.run(ctx, b.w, nil, "dpkg-deb", "-x", b.files[in.Package], debs); err != nil {
+		dir := debs
+		if in.Package == "tzdata-legacy" {
+			// Into the zone files the standard library step packs:
+			// Debian's tzdata keeps names such as US/Pacific, which
+			// pandas' own code and its users name, in tzdata-legacy.
+			dir = b.path("tz")
+		}
+		if err := b.run(ctx, b.w, nil, "dpkg-deb", "-x", b.files[in.Package], dir); err != nil {
 			return err
 		}
+	}
+	// The leap-second ("right/") zones: no Python library reads them.
+	if err := os.RemoveAll(b.path("tz", "usr", "share", "zoneinfo", "right")); err != nil {
+		return err
 	}
 	dist := filepath.Join(debs, "usr", "lib", "python3", "dist-packages")
 	for _, d := range pandasDeps {
