@@ -75,6 +75,7 @@ fuzz:
 		./internal/wasmbin:FuzzParse \
 		./internal/fuel:FuzzInstrument \
 		./internal/errnoshim:FuzzShim \
+		./internal/exnref:FuzzTranslate \
 		./internal/hostchan:FuzzDecodeFrame \
 		./internal/wasifs:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \
