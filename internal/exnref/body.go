@@ -494,37 +494,19 @@ func (t *translator) endTry(g *frame) {
 // mapped. Its labels are relative to the block around it.
 func (t *translator) tryTable(in []byte) error {
 	f := &t.f
-	pos := 1
-	n, err := blockTypeLen(in[pos:])
+	bt, catches, err := wasmbin.TryTable(in)
 	if err != nil {
 		return err
 	}
-	pos += n
-	f.out = append(f.out, in[:pos]...)
-	count, n, _ := wasmbin.U32(in[pos:])
-	pos += n
-	f.out = wasmbin.AppendU32(f.out, count)
-	for i := uint32(0); i < count; i++ {
-		kind := in[pos]
-		pos++
-		f.out = append(f.out, kind)
-		if kind == clauseCatch || kind == clauseCatchRef {
-			tag, n, _ := wasmbin.U32(in[pos:])
-			pos += n
-			f.out = wasmbin.AppendU32(f.out, tag)
+	f.out = append(f.out, opTryTable)
+	f.out = append(f.out, bt...)
+	f.out = wasmbin.AppendU32(f.out, uint32(len(catches)))
+	for _, c := range catches {
+		f.out = append(f.out, c.Kind)
+		if c.Kind == clauseCatch || c.Kind == clauseCatchRef {
+			f.out = wasmbin.AppendU32(f.out, c.Tag)
 		}
-		l, n, _ := wasmbin.U32(in[pos:])
-		pos += n
-		f.out = wasmbin.AppendU32(f.out, t.label(l))
+		f.out = wasmbin.AppendU32(f.out, t.label(c.Label))
 	}
 	return nil
-}
-
-// blockTypeLen returns the length of the block type at the start of b.
-func blockTypeLen(b []byte) (int, error) {
-	if len(b) > 0 && (b[0] == 0x63 || b[0] == 0x64) {
-		return wasmbin.ValTypeLen(b)
-	}
-	_, n, err := wasmbin.S33(b)
-	return n, err
 }

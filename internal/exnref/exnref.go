@@ -98,13 +98,17 @@ const (
 
 // Translate returns wasm with its legacy exception handling rewritten, as
 // the package documentation describes. A module without legacy
-// instructions is returned as is (the same slice). Input whose structure
+// instructions is returned as is (the same slice), once its tags were
+// checked (wasmbin.CheckTags). Input whose structure
 // Translate cannot follow is an error wrapping wasmbin.ErrNotWasm or
 // wasmbin.ErrMalformed; Translate checks only what it reads, so a module
 // invalid in other ways stays invalid, for the runtime to reject.
 func Translate(wasm []byte) ([]byte, error) {
 	m, err := wasmbin.Parse(wasm)
 	if err != nil {
+		return nil, err
+	}
+	if err := wasmbin.CheckTags(m); err != nil {
 		return nil, err
 	}
 	code := m.Section(wasmbin.SectionCode)
@@ -149,6 +153,29 @@ func Translate(wasm []byte) ([]byte, error) {
 	}
 	m.Sections = kept
 	return m.Encode(), nil
+}
+
+// Uses reports whether wasm, a module that wasmbin.Parse accepts, declares
+// or imports a tag, which every module that throws must: it is how a
+// caller tells a module that needs exception handling without reading its
+// code. A module that is not one reports false.
+func Uses(wasm []byte) bool {
+	m, err := wasmbin.Parse(wasm)
+	if err != nil {
+		return false
+	}
+	if m.Section(wasmbin.SectionTag) != nil {
+		return true
+	}
+	if s := m.Section(wasmbin.SectionImport); s != nil {
+		imports, _ := wasmbin.Imports(s.Payload)
+		for _, im := range imports {
+			if im.Kind == wasmbin.ImportTag {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sig is a function type: its parameter and result types, each a value

@@ -1,5 +1,7 @@
 package wasmbin
 
+import "fmt"
+
 // FuncMap maps a function index of an input module to the index the same
 // function has in the output, or fails for an index it cannot map. Passes
 // that add or redirect functions (the fuel and errno rewriters) give one to
@@ -230,4 +232,41 @@ func StackPointer(m *Module) (index uint32, init int32, ok bool) {
 		return 0, 0, false
 	}
 	return imported, v, true
+}
+
+// CheckTags checks that every tag a module imports or defines names a type
+// the type section has. wazero v1.12 does not check it before it reads the
+// type (it panics when the index is out of range), so modules are checked
+// here before wazero sees them.
+func CheckTags(m *Module) error {
+	var types uint32
+	if s := m.Section(SectionType); s != nil {
+		r := Reader{B: s.Payload}
+		types = r.U32()
+	}
+	var tags []uint32
+	if s := m.Section(SectionImport); s != nil {
+		imports, err := Imports(s.Payload)
+		if err != nil {
+			return err
+		}
+		for _, im := range imports {
+			if im.Kind == ImportTag {
+				tags = append(tags, im.Type)
+			}
+		}
+	}
+	if s := m.Section(SectionTag); s != nil {
+		defined, err := Tags(s.Payload)
+		if err != nil {
+			return err
+		}
+		tags = append(tags, defined...)
+	}
+	for i, t := range tags {
+		if t >= types {
+			return fmt.Errorf("%w: tag %d has type %d, which is not defined", ErrMalformed, i, t)
+		}
+	}
+	return nil
 }
