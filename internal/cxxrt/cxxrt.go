@@ -6,7 +6,7 @@
 // and their libc++ aborts where it would throw).
 //
 // The inputs are pinned: the guest build's cross toolchain and wasi-libc
-// (internal/guests/cpython's pins, fetched into and shared with its cache
+// (guests/cpython's pins, fetched into and shared with its cache
 // of sources) and the llvm-toolchain-19 .orig tarball, fetched with apt's
 // own client like the guest's other sources. Build runs once per key, a
 // digest of the recipe and the inputs' SHA-256s; the libraries are kept in
@@ -31,7 +31,7 @@ import (
 	"sync"
 
 	"github.com/fumehood/fumehood/internal/cache"
-	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/guests/cpython"
 )
 
 // recipeVersion changes whenever the recipe changes what it builds.
