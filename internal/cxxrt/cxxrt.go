@@ -30,8 +30,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/internal/cache"
 )
 
 // recipeVersion changes whenever the recipe changes what it builds.
