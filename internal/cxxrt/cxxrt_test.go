@@ -18,59 +18,77 @@ import (
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
-var program struct {
+// programs are testdata/exceptions.cpp built at each optimisation level
+// the tests use, against the runtime (which Build makes once per cache,
+// in about two minutes).
+var programs struct {
 	sync.Once
-	wasm []byte
+	wasm map[string][]byte // by optimisation flag
 	err  error
 }
 
-// exceptions returns testdata/exceptions.cpp built against the runtime
-// (which Build makes once per cache, in about two minutes), compiled by
-// sandbox.Compile with fuel metering, as every WASI program is.
-func exceptions(t *testing.T) *sandbox.Guest {
+// levels are the optimisation levels the program is built at: -O0 keeps
+// every local in its own slot, so its handlers read many the protected
+// code wrote (see internal/exnref's spill.go).
+var levels = []string{"-O2", "-O0"}
+
+// exceptions returns the program built with opt, compiled by
+// sandbox.Compile with exception handling and fuel metering, as every WASI
+// program is.
+func exceptions(t *testing.T, opt string) *sandbox.Guest {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("cxxrt: builds LLVM's C++ runtime the first time (about two minutes)")
 	}
-	program.Do(func() {
-		ctx := context.Background()
-		rt, err := cxxrt.Build(ctx, nil)
-		if err != nil {
-			program.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "cxxrt-test-")
-		if err != nil {
-			program.err = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		tc, err := cxxrt.UnpackToolchain(ctx, nil, filepath.Join(dir, "toolchain"))
-		if err != nil {
-			program.err = err
-			return
-		}
-		out := filepath.Join(dir, "exceptions.wasm")
-		if program.err = tc.CXX(ctx, rt, "-O2", "testdata/exceptions.cpp", "-o", out); program.err != nil {
-			return
-		}
-		program.wasm, program.err = os.ReadFile(out)
-	})
-	if errors.Is(program.err, aptfetch.ErrNoMirror) && os.Getenv(sandboxtest.RequireEnv) == "" {
-		t.Skipf("cxxrt: no Debian mirror to fetch the toolchain from: %v", program.err)
+	programs.Do(func() { programs.wasm, programs.err = build(context.Background()) })
+	if errors.Is(programs.err, aptfetch.ErrNoMirror) && os.Getenv(sandboxtest.RequireEnv) == "" {
+		t.Skipf("cxxrt: no Debian mirror to fetch the toolchain from: %v", programs.err)
 	}
-	require.NoError(t, program.err)
-	g, err := sandbox.Compile(context.Background(), program.wasm, &sandbox.Options{CacheDir: t.TempDir(), ExceptionHandling: true})
+	require.NoError(t, programs.err)
+	g, err := sandbox.Compile(context.Background(), programs.wasm[opt], &sandbox.Options{CacheDir: t.TempDir(), ExceptionHandling: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	return g
 }
 
+func build(ctx context.Context) (map[string][]byte, error) {
+	rt, err := cxxrt.Build(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "cxxrt-test-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	tc, err := cxxrt.UnpackToolchain(ctx, nil, filepath.Join(dir, "toolchain"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, opt := range levels {
+		file := filepath.Join(dir, "exceptions"+opt+".wasm")
+		if err := tc.CXX(ctx, rt, opt, "testdata/exceptions.cpp", "-o", file); err != nil {
+			return nil, err
+		}
+		if out[opt], err = os.ReadFile(file); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 func TestExceptions(t *testing.T) {
-	g := exceptions(t)
+	for _, opt := range levels {
+		t.Run(opt, func(t *testing.T) { testExceptions(t, opt) })
+	}
+}
+
+func testExceptions(t *testing.T, opt string) {
+	g := exceptions(t, opt)
 	ctx := context.Background()
 
-	_, err := sandbox.Compile(ctx, program.wasm, &sandbox.Options{CacheDir: t.TempDir()})
+	_, err := sandbox.Compile(ctx, programs.wasm[opt], &sandbox.Options{CacheDir: t.TempDir()})
 	require.ErrorIs(t, err, sandbox.ErrInvalidModule, "exception handling is opt-in")
 	assert.ErrorContains(t, err, "Options.ExceptionHandling")
 
@@ -96,7 +114,7 @@ func TestExceptions(t *testing.T) {
 // its exception is caught or none is thrown, so the fuel of n iterations
 // is a + b*n, and a thrown exception costs each iteration the same extra.
 func TestExceptionsFuel(t *testing.T) {
-	g := exceptions(t)
+	g := exceptions(t, "-O2")
 	ctx := context.Background()
 	fuel := func(n int, mode string) int64 {
 		res, err := g.Exec(ctx, nil, "iterate", strconv.Itoa(n), mode)
@@ -115,7 +133,7 @@ func TestExceptionsFuel(t *testing.T) {
 }
 
 func TestExceptionsLimits(t *testing.T) {
-	g := exceptions(t)
+	g := exceptions(t, "-O2")
 	ctx := context.Background()
 
 	// A loop that throws and catches forever stops on fuel.
