@@ -369,3 +369,26 @@ func TestWazeroCompilerBugs(t *testing.T) {
 		}
 	}
 }
+
+func TestTranslateDropsLabelNames(t *testing.T) {
+	// A "name" section with function names (1) and label names (3), and
+	// a DWARF section: the labels and DWARF no longer hold.
+	funcNames := vec(cat(u32(2), str("f")))
+	labelNames := vec(cat(u32(2), vec(cat(u32(0), str("l")))))
+	names := cat([]byte{1}, u32(uint32(len(funcNames))), funcNames, []byte{3}, u32(uint32(len(labelNames))), labelNames)
+	wasm := cat(ehModule(testFunc{"f", tResult, nil, cat(try(i32), i32Const(1), []byte{catchAll}, i32Const(2), []byte{end})}),
+		section(0, cat(str("name"), names)), section(0, cat(str(".debug_info"), []byte{1})))
+	out, err := Translate(wasm)
+	require.NoError(t, err)
+	m, err := wasmbin.Parse(out)
+	require.NoError(t, err)
+	var custom []string
+	for _, s := range m.Sections {
+		if s.ID == wasmbin.SectionCustom {
+			custom = append(custom, s.Name)
+			assert.Equal(t, cat([]byte{1}, u32(uint32(len(funcNames))), funcNames), s.Payload, "function names kept, label names dropped")
+		}
+	}
+	assert.Equal(t, []string{"name"}, custom)
+	run(t, wasm, "f", 1)
+}
