@@ -28,10 +28,10 @@ type frame struct {
 
 	// Second pass: positions in the output's control stack (0 is the
 	// outermost block, -1 the function's label).
-	target int // where a branch to its label goes
-	xPos   int // a delegate target: the block its body leaves through
-	dPos   int // a delegate target: the block delegated exceptions reach
-	bt     []byte
+	target  int  // where a branch to its label goes
+	xPos    int  // a delegate target: the block its body leaves through
+	dPos    int  // a delegate target: the block delegated exceptions reach
+	wrapped bool // a delegate target whose $x and $d blocks are open
 }
 
 // fn is the state of one function's translation.
@@ -331,6 +331,7 @@ func (t *translator) openTarget(g *frame, bt []byte) {
 	g.xPos = f.height
 	f.out = append(f.out, opBlock, valExnref)
 	g.dPos = f.height + 1
+	g.wrapped = true
 	f.height += 2
 }
 
@@ -339,14 +340,14 @@ func (t *translator) openTarget(g *frame, bt []byte) {
 func (t *translator) closeTarget(g *frame) {
 	f := &t.f
 	info := f.tries[g.off]
-	if info == nil || !info.targeted || g.handler || g.xPos == g.dPos {
+	if info == nil || !info.targeted || !g.wrapped {
 		return
 	}
 	f.out = append(f.out, opBr)
 	f.out = wasmbin.AppendU32(f.out, uint32(f.height-1-g.xPos))
 	f.out = append(f.out, opEnd, opThrowRef, opEnd)
 	f.height -= 2
-	g.xPos, g.dPos = 0, 0
+	g.wrapped = false
 }
 
 // try translates the opening of a legacy try at offset off with the block
@@ -363,7 +364,7 @@ func (t *translator) try(off int, imm []byte) error {
 			depth++
 		}
 	}
-	g := frame{kind: opTry, off: off, depth: depth, bt: imm}
+	g := frame{kind: opTry, off: off, depth: depth}
 	switch {
 	case info.delegate:
 		// block bt; block (result exnref); try_table bt (catch_all_ref 0):
