@@ -19,6 +19,7 @@ import (
 
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 	"github.com/fumehood/fumehood/sessionstore"
 	_ "github.com/fumehood/fumehood/sessionstore/natsstore" // nats:// URLs
 	"github.com/fumehood/fumehood/sessionstore/natsstore/natstest"
@@ -86,6 +87,7 @@ type replica struct {
 
 func startReplica(t *testing.T, url string, leaseTTL time.Duration) *replica {
 	t.Helper()
+	sandboxtest.Built(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStoreReplicaProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), replicaEnv+"="+url, replicaLease+"="+leaseTTL.String())
 	cmd.Stderr = os.Stderr
