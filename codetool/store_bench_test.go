@@ -20,57 +20,80 @@ import (
 // store), and through a directory store and a local NATS server, on the
 // fast path (the replica's live session is at the head) and resuming
 // (two replicas take turns, so every call resumes the other's commit).
-// It reports the p50 and p99 of a call and the snapshot's size.
+// The cases take turns call by call, so that a shared machine's load
+// falls on all of them alike. It reports each case's p50 and p99, what
+// it adds to the in-memory call's (p50 and p99 of the one less the
+// other's), and the snapshot's size.
 //
 //	go test ./codetool -run '^$' -bench BenchmarkStoreCall -benchtime 200x
 func BenchmarkStoreCall(b *testing.B) {
 	ctx := context.Background()
 	urls := map[string]string{"dir": b.TempDir(), "nats": natstest.Run(b).URL()}
-	cases := []struct {
+	type bench struct {
+		name  string
+		url   string
+		tools []*codetool.Tool
+		times []time.Duration
+	}
+	var cases []*bench
+	for _, c := range []struct {
 		name, url string
 		replicas  int
 	}{
 		{"memory", "", 1},
-		{"dir/fast", urls["dir"], 1},
-		{"dir/resume", urls["dir"], 2},
-		{"nats/fast", urls["nats"], 1},
-		{"nats/resume", urls["nats"], 2},
+		{"dir-fast", urls["dir"], 1},
+		{"dir-resume", urls["dir"], 2},
+		{"nats-fast", urls["nats"], 1},
+		{"nats-resume", urls["nats"], 2},
+	} {
+		cases = append(cases, &bench{name: c.name, url: c.url, tools: benchTools(b, c.url, c.replicas, 0)})
 	}
+	conv := func(c *bench) string { return "bench-" + c.name }
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			ts := benchTools(b, c.url, c.replicas, 0)
-			conv := "bench-" + strings.ReplaceAll(c.name, "/", "-")
-			// A session of some size: a quarter MB of state.
-			if r := ts[0].Call(ctx, conv, args("blob = bytes(range(256)) * 1024; x = 0")); r.IsError {
+		// A session of some size: a quarter MB of state.
+		if r := c.tools[0].Call(ctx, conv(c), args("blob = bytes(range(256)) * 1024; x = 0")); r.IsError {
+			b.Fatal(r.Text())
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		for _, c := range cases {
+			start := time.Now()
+			r := c.tools[i%len(c.tools)].Call(ctx, conv(c), args("x += 1"))
+			c.times = append(c.times, time.Since(start))
+			if r.IsError {
 				b.Fatal(r.Text())
 			}
-			times := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := range b.N {
-				start := time.Now()
-				r := ts[i%len(ts)].Call(ctx, conv, args("x += 1"))
-				times = append(times, time.Since(start))
-				if r.IsError {
-					b.Fatal(r.Text())
-				}
+		}
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	at := func(times []time.Duration, q float64) time.Duration {
+		times = slices.Clone(times)
+		slices.Sort(times)
+		return times[int(float64(len(times)-1)*q)]
+	}
+	base := cases[0]
+	for _, c := range cases {
+		b.ReportMetric(ms(at(c.times, 0.5)), c.name+"-p50-ms")
+		b.ReportMetric(ms(at(c.times, 0.99)), c.name+"-p99-ms")
+		if c == base {
+			continue
+		}
+		b.ReportMetric(ms(at(c.times, 0.5)-at(base.times, 0.5)), c.name+"-added-p50-ms")
+		b.ReportMetric(ms(at(c.times, 0.99)-at(base.times, 0.99)), c.name+"-added-p99-ms")
+		if c.url != "" && strings.HasSuffix(c.name, "-resume") {
+			st, err := sessionstore.Open(ctx, c.url, &sessionstore.Options{Key: storeKey})
+			if err != nil {
+				b.Fatal(err)
 			}
-			b.StopTimer()
-			slices.Sort(times)
-			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
-			if c.url != "" {
-				st, err := sessionstore.Open(ctx, c.url, &sessionstore.Options{Key: storeKey})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer st.Close()
-				h, err := st.Load(ctx, conv)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(h.Size), "snapshot-bytes")
+			defer st.Close()
+			h, err := st.Load(ctx, conv(c))
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
+			b.ReportMetric(float64(h.Size), c.name+"-snapshot-bytes")
+		}
 	}
 }
 
