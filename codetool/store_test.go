@@ -33,8 +33,9 @@ const increment = "x = globals().get('x', 0) + 1; x"
 // replicaEnv names the store URL of a replica process; replicaLease its
 // lease ttl.
 const (
-	replicaEnv   = "FUMEHOOD_TEST_REPLICA_STORE"
-	replicaLease = "FUMEHOOD_TEST_REPLICA_LEASE"
+	replicaEnv      = "FUMEHOOD_TEST_REPLICA_STORE"
+	replicaLease    = "FUMEHOOD_TEST_REPLICA_LEASE"
+	replicaReadOnly = "FUMEHOOD_TEST_REPLICA_READONLY"
 )
 
 // TestStoreReplicaProcess is a replica when run as a child of the tests
@@ -46,9 +47,18 @@ func TestStoreReplicaProcess(t *testing.T) {
 		t.Skip("a replica process for the store tests")
 	}
 	ttl, _ := time.ParseDuration(os.Getenv(replicaLease))
+	if os.Getenv(replicaReadOnly) != "" {
+		if err := seeReadOnly(url); err != nil {
+			json.NewEncoder(os.Stdout).Encode(replicaResult{IsError: true, Error: err.Error()})
+			return
+		}
+	}
 	tool := storeTool(t, url, ttl)
 	in := bufio.NewScanner(os.Stdin)
 	out := json.NewEncoder(os.Stdout)
+	if os.Getenv(replicaReadOnly) != "" {
+		require.NoError(t, out.Encode(replicaResult{Error: "ready"}))
+	}
 	for in.Scan() {
 		var c replicaCall
 		require.NoError(t, json.Unmarshal(in.Bytes(), &c))
@@ -86,8 +96,18 @@ type replica struct {
 
 func startReplica(t *testing.T, url string, leaseTTL time.Duration) *replica {
 	t.Helper()
+	return startReplicaCmd(t, replicaCmd(url, leaseTTL))
+}
+
+// replicaCmd is the command of a replica process.
+func replicaCmd(url string, leaseTTL time.Duration) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStoreReplicaProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), replicaEnv+"="+url, replicaLease+"="+leaseTTL.String())
+	return cmd
+}
+
+func startReplicaCmd(t *testing.T, cmd *exec.Cmd) *replica {
+	t.Helper()
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -253,4 +273,22 @@ func TestStoreOnOutput(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, "out stdout hi\n", got.String())
+}
+
+// TestStoreFull: a call whose snapshot does not fit in the store (a NATS
+// snapshots' bucket at its max bytes) fails with ErrFull and commits
+// nothing: the next call continues from the state before it.
+func TestStoreFull(t *testing.T) {
+	url := natstest.Run(t).URL() + "?maxbytes=" + strconv.Itoa(1<<20)
+	tool := storeTool(t, url, 0)
+	r := tool.Call(context.Background(), "full", args("x = 1; x"))
+	require.False(t, r.IsError, r.Text())
+	r = tool.Call(context.Background(), "full", args("import os; big = os.urandom(2 << 20); x = 2; x"))
+	require.True(t, r.IsError)
+	assert.ErrorIs(t, r.Err, sessionstore.ErrFull)
+	assert.Contains(t, r.Text(), "the store is full")
+	t.Logf("%s", r.Text())
+	r = tool.Call(context.Background(), "full", args("x, 'big' in globals()"))
+	require.False(t, r.IsError, r.Text())
+	assert.Equal(t, "(1, False)", *r.Value)
 }

@@ -4,7 +4,7 @@
 // store bucket for the snapshot bytes, each replicated as the operator
 // chooses. Importing it makes sessionstore.Open handle nats:// URLs:
 //
-//	nats://host:port?heads=fumehood-heads&leases=fumehood-leases&objects=fumehood-snapshots&replicas=3&creds=/path/user.creds
+//	nats://host:port?heads=fumehood-heads&leases=fumehood-leases&objects=fumehood-snapshots&replicas=3&maxbytes=10000000000&creds=/path/user.creds
 //
 // Only the programs that import this package link the NATS client.
 package natsstore
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,6 +53,10 @@ type Options struct {
 	// Timeout bounds a request whose context has no deadline; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
+	// MaxBytes bounds the snapshots' bucket: a snapshot that would take
+	// it past that fails to be stored (sessionstore.ErrFull), and its
+	// call commits nothing. 0 means no bound.
+	MaxBytes int64
 }
 
 // Backend is a sessionstore.Backend on JetStream.
@@ -109,9 +114,13 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 		// A snapshot is stored before its head: it must not expire first.
 		objectsTTL += time.Minute
 	}
+	maxBytes := o.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = -1
+	}
 	b.objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: o.Objects, TTL: objectsTTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
-		Description: "fumehood sessionstore"})
+		MaxBytes: maxBytes, Description: "fumehood sessionstore"})
 	if err == nil {
 		err = leaderReads(ctx, js, "OBJ_"+o.Objects)
 	}
@@ -163,8 +172,9 @@ func Connect(ctx context.Context, urls string, opts *Options, natsOpts ...nats.O
 }
 
 // openURL opens the backend of a nats:// URL: its query names the buckets
-// (heads, leases, objects), the replicas and a credentials file (creds);
-// the store's TTL is the buckets'.
+// (heads, leases, objects), the replicas, the snapshots' bucket's bound in
+// bytes (maxbytes) and a credentials file (creds); the store's TTL is the
+// buckets'.
 func openURL(ctx context.Context, u *url.URL, so *sessionstore.Options) (sessionstore.Backend, error) {
 	q := u.Query()
 	o := Options{Heads: q.Get("heads"), Leases: q.Get("leases"), Objects: q.Get("objects"), TTL: sessionstore.DefaultTTL}
@@ -173,10 +183,17 @@ func openURL(ctx context.Context, u *url.URL, so *sessionstore.Options) (session
 	}
 	for k := range q {
 		switch k {
-		case "heads", "leases", "objects", "replicas", "creds":
+		case "heads", "leases", "objects", "replicas", "maxbytes", "creds":
 		default:
-			return nil, fmt.Errorf("sessionstore: %s: unknown parameter %q (heads, leases, objects, replicas, creds)", u.Redacted(), k)
+			return nil, fmt.Errorf("sessionstore: %s: unknown parameter %q (heads, leases, objects, replicas, maxbytes, creds)", u.Redacted(), k)
 		}
+	}
+	if m := q.Get("maxbytes"); m != "" {
+		n, err := strconv.ParseInt(m, 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("sessionstore: %s: maxbytes must be a positive number of bytes", u.Redacted())
+		}
+		o.MaxBytes = n
 	}
 	if r := q.Get("replicas"); r != "" {
 		n, err := strconv.Atoi(r)
@@ -200,11 +217,38 @@ func cmp(s, def string) string {
 	return s
 }
 
+// JetStream's error codes for a store without room: a stream at its
+// limits with the discard-new policy (the description says which limit),
+// and the server's or account's storage used up.
+const (
+	errCodeStoreFailed       jetstream.ErrorCode = 10077
+	errCodeStorageExhausted  jetstream.ErrorCode = 10047
+	errCodeResourcesExceeded jetstream.ErrorCode = 10023
+)
+
+// isFull reports whether JetStream refused a write for want of room.
+func isFull(err error) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case errCodeStorageExhausted, errCodeResourcesExceeded:
+		return true
+	case errCodeStoreFailed:
+		return strings.Contains(api.Description, "maximum bytes") || strings.Contains(api.Description, "maximum messages") ||
+			strings.Contains(api.Description, "resources exceeded")
+	}
+	return false
+}
+
 // wrap words a JetStream error in sessionstore's terms.
 func wrap(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case isFull(err):
+		return fmt.Errorf("%w: nats: %s: %w", sessionstore.ErrFull, what, err)
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrObjectNotFound):
 		return sessionstore.ErrNotFound
 	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):

@@ -74,7 +74,7 @@ func TestOpenURL(t *testing.T) {
 	_, rev, err := b.Get(ctx, sessionstore.Heads, "c")
 	require.NoError(t, err)
 	assert.Equal(t, h.Revision, rev, "the head is in bucket h")
-	for _, q := range []string{"?replicas=0", "?replicas=x", "?bucket=y"} {
+	for _, q := range []string{"?replicas=0", "?replicas=x", "?bucket=y", "?maxbytes=0", "?maxbytes=x"} {
 		_, err := sessionstore.Open(ctx, srv.URL()+q, nil)
 		assert.Error(t, err, q)
 	}
@@ -164,4 +164,33 @@ func TestBucketTTL(t *testing.T) {
 	obss, err := obs.Status(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour+time.Minute, obss.TTL())
+}
+
+// TestBucketFull: a snapshot that would take the snapshots' bucket past
+// its max bytes is refused with ErrFull, nothing of it is stored, and the
+// conversation's head and snapshot stay as they were.
+func TestBucketFull(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL()+"?maxbytes=65536", nil)
+	require.NoError(t, err)
+	defer s.Close()
+	ref, err := s.Put(ctx, "c", []byte("state"))
+	require.NoError(t, err)
+	head, err := s.Commit(ctx, "c", sessionstore.Head{}, ref)
+	require.NoError(t, err)
+
+	_, err = s.Put(ctx, "c", make([]byte, 100<<10))
+	require.ErrorIs(t, err, sessionstore.ErrFull)
+	t.Logf("a put past max bytes: %v", err)
+
+	got, err := s.Load(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, head, got)
+	data, err := s.Get(ctx, "c", got.Ref)
+	require.NoError(t, err)
+	assert.Equal(t, "state", string(data))
+	// Nothing of the refused snapshot stayed: one that fits still does.
+	_, err = s.Put(ctx, "c", make([]byte, 50<<10))
+	assert.NoError(t, err)
 }
