@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 	"github.com/fumehood/fumehood/sessionstore"
@@ -97,18 +100,26 @@ func BenchmarkStoreCall(b *testing.B) {
 	}
 }
 
-// BenchmarkStoreThroughput: calls per second of x += 1, four at a time,
-// on one conversation and spread over 100, with one and two replicas
-// sharing a local NATS server, and in memory (one replica, no store).
+// BenchmarkStoreThroughput: calls per second of x += 1, four callers at
+// once, on one conversation and spread over 100, with one and two
+// replicas, each a process of its own (this test binary, as
+// TestStoreReplicaProcess) keeping up to 100 sessions live, sharing a
+// local NATS server in this process; and one replica process without a
+// store. Callers send call i to replica i mod n. With a store it reports
+// what the store holds per conversation once the replicas are gone (its
+// three streams' bytes: heads, leases, snapshots, with JetStream's own
+// overhead, over the conversations: a call replaces its conversation's
+// snapshot and leaves nothing else, TestDropLeavesNothing) and what the
+// server received per call (bytes in: the snapshot put and every
+// request).
 //
 //	go test ./codetool -run '^$' -bench BenchmarkStoreThroughput -benchtime 400x
 func BenchmarkStoreThroughput(b *testing.B) {
-	ctx := context.Background()
-	url := natstest.Run(b).URL()
+	srv := natstest.Run(b)
 	for _, c := range []struct {
-		name         string
-		store        bool
-		convs, tools int
+		name            string
+		store           bool
+		convs, replicas int
 	}{
 		{"memory/1conv", false, 1, 1},
 		{"memory/100conv", false, 100, 1},
@@ -118,19 +129,25 @@ func BenchmarkStoreThroughput(b *testing.B) {
 		{"nats/100conv/2replicas", true, 100, 2},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			storeURL := ""
+			bucket := strings.ReplaceAll(c.name, "/", "-")
+			url := "memory"
 			if c.store {
-				storeURL = url
+				url = srv.URL() + "?heads=h-" + bucket + "&leases=l-" + bucket + "&objects=o-" + bucket
 			}
-			ts := benchTools(b, storeURL, c.tools, 100)
-			conv := func(i int) string { return fmt.Sprintf("tp-%s-%d", strings.ReplaceAll(c.name, "/", "-"), i%c.convs) }
+			var reps []*replica
+			for range c.replicas {
+				cmd := replicaCmd(url, 0)
+				cmd.Env = append(cmd.Env, replicaMaxSessions+"=100")
+				reps = append(reps, startReplicaCmd(b, cmd))
+			}
+			conv := func(i int) string { return fmt.Sprintf("tp-%d", i%c.convs) }
 			for i := range c.convs {
-				if r := ts[0].Call(ctx, conv(i), args(increment)); r.IsError {
-					b.Fatal(r.Text())
+				if r, err := reps[0].call(conv(i), increment); err != nil || r.IsError {
+					b.Fatal(err, r.Error)
 				}
 			}
-			var next atomic.Int64
-			var failed atomic.Int64
+			inBefore := varzIn(b, srv)
+			var next, failed atomic.Int64
 			var wg sync.WaitGroup
 			b.ResetTimer()
 			start := time.Now()
@@ -141,7 +158,7 @@ func BenchmarkStoreThroughput(b *testing.B) {
 						if i >= b.N {
 							return
 						}
-						if r := ts[i%len(ts)].Call(ctx, conv(i), args(increment)); r.IsError {
+						if r, err := reps[i%len(reps)].call(conv(i), increment); err != nil || r.IsError {
 							failed.Add(1)
 						}
 					}
@@ -150,8 +167,55 @@ func BenchmarkStoreThroughput(b *testing.B) {
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
 			b.ReportMetric(float64(failed.Load()), "failed")
+			b.StopTimer()
+			if !c.store {
+				return
+			}
+			b.ReportMetric(float64(varzIn(b, srv)-inBefore)/float64(b.N), "in-bytes/call")
+			for _, r := range reps {
+				r.in.Close() // the replica finishes, closes its tool (and its drops), and exits
+				if err := r.cmd.Wait(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var stored uint64
+			for _, stream := range []string{"KV_h-" + bucket, "KV_l-" + bucket, "OBJ_o-" + bucket} {
+				stored += streamBytes(b, srv.URL(), stream)
+			}
+			b.ReportMetric(float64(stored)/float64(c.convs), "stored-bytes/conv")
 		})
 	}
+}
+
+// varzIn is the bytes the server has received from its clients.
+func varzIn(b *testing.B, srv *natstest.Server) int64 {
+	v, err := srv.Varz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v.InBytes
+}
+
+// streamBytes is the bytes a JetStream stream holds.
+func streamBytes(b *testing.B, url, stream string) uint64 {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return info.State.Bytes
 }
 
 // benchTools returns n tools (replicas), each with its own connection to

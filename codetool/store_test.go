@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,11 +37,15 @@ const (
 	replicaEnv      = "FUMEHOOD_TEST_REPLICA_STORE"
 	replicaLease    = "FUMEHOOD_TEST_REPLICA_LEASE"
 	replicaReadOnly = "FUMEHOOD_TEST_REPLICA_READONLY"
+	// replicaMaxSessions is the replica tool's MaxSessions.
+	replicaMaxSessions = "FUMEHOOD_TEST_REPLICA_MAX_SESSIONS"
 )
 
 // TestStoreReplicaProcess is a replica when run as a child of the tests
 // below: it serves the calls written on its standard input, one JSON
-// object a line, on a tool sharing their store, and writes each result.
+// object a line, on a tool sharing their store ("memory": a tool without
+// one), each as it comes (so a caller that sends before reading gets
+// results in any order, each with its call's ID), and writes each result.
 func TestStoreReplicaProcess(t *testing.T) {
 	url := os.Getenv(replicaEnv)
 	if url == "" {
@@ -53,25 +58,43 @@ func TestStoreReplicaProcess(t *testing.T) {
 			return
 		}
 	}
-	tool := storeTool(t, url, ttl)
+	maxSessions, _ := strconv.Atoi(os.Getenv(replicaMaxSessions))
+	o := &codetool.Options{MaxSessions: maxSessions, LeaseTTL: ttl,
+		Limits: sandbox.Limits{Timeout: time.Minute, Fuel: sandbox.UnlimitedFuel}}
+	if url != "memory" {
+		st, err := sessionstore.Open(context.Background(), url, &sessionstore.Options{Key: storeKey})
+		require.NoError(t, err)
+		t.Cleanup(func() { st.Close() })
+		o.Store = st
+	}
+	tool := newTool(t, o)
 	in := bufio.NewScanner(os.Stdin)
 	out := json.NewEncoder(os.Stdout)
+	var mu sync.Mutex
 	if os.Getenv(replicaReadOnly) != "" {
 		require.NoError(t, out.Encode(replicaResult{Error: "ready"}))
 	}
+	var wg sync.WaitGroup
 	for in.Scan() {
 		var c replicaCall
 		require.NoError(t, json.Unmarshal(in.Bytes(), &c))
-		r := tool.Call(context.Background(), c.Conversation, args(c.Code))
-		require.NoError(t, out.Encode(replicaResult{Value: r.Value, Error: r.Error, IsError: r.IsError}))
+		wg.Go(func() {
+			r := tool.Call(context.Background(), c.Conversation, args(c.Code))
+			mu.Lock()
+			defer mu.Unlock()
+			assert.NoError(t, out.Encode(replicaResult{ID: c.ID, Value: r.Value, Error: r.Error, IsError: r.IsError}))
+		})
 	}
+	wg.Wait()
 }
 
 type replicaCall struct {
+	ID                 int
 	Conversation, Code string
 }
 
 type replicaResult struct {
+	ID      int
 	Value   *string
 	Error   string
 	IsError bool
@@ -92,9 +115,13 @@ type replica struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	out *json.Decoder
+
+	mu      sync.Mutex // for call: writing to in, and waiting
+	next    int
+	waiting map[int]chan replicaResult
 }
 
-func startReplica(t *testing.T, url string, leaseTTL time.Duration) *replica {
+func startReplica(t testing.TB, url string, leaseTTL time.Duration) *replica {
 	t.Helper()
 	return startReplicaCmd(t, replicaCmd(url, leaseTTL))
 }
@@ -106,7 +133,7 @@ func replicaCmd(url string, leaseTTL time.Duration) *exec.Cmd {
 	return cmd
 }
 
-func startReplicaCmd(t *testing.T, cmd *exec.Cmd) *replica {
+func startReplicaCmd(t testing.TB, cmd *exec.Cmd) *replica {
 	t.Helper()
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -123,18 +150,64 @@ func startReplicaCmd(t *testing.T, cmd *exec.Cmd) *replica {
 }
 
 // send asks the replica for a call; result reads its outcome.
-func (r *replica) send(t *testing.T, conversation, code string) {
+func (r *replica) send(t testing.TB, conversation, code string) {
 	t.Helper()
-	b, _ := json.Marshal(replicaCall{conversation, code})
+	b, _ := json.Marshal(replicaCall{Conversation: conversation, Code: code})
 	_, err := r.in.Write(append(b, '\n'))
 	require.NoError(t, err)
 }
 
-func (r *replica) result(t *testing.T) replicaResult {
+func (r *replica) result(t testing.TB) replicaResult {
 	t.Helper()
 	var res replicaResult
 	require.NoError(t, r.out.Decode(&res))
 	return res
+}
+
+// call makes a call and waits for its result; callers may call at once.
+// A replica used through call is not read with result.
+func (r *replica) call(conversation, code string) (replicaResult, error) {
+	r.mu.Lock()
+	if r.waiting == nil {
+		r.waiting = map[int]chan replicaResult{}
+		go r.dispatch()
+	}
+	r.next++
+	id, ch := r.next, make(chan replicaResult, 1)
+	r.waiting[id] = ch
+	b, _ := json.Marshal(replicaCall{ID: id, Conversation: conversation, Code: code})
+	_, err := r.in.Write(append(b, '\n'))
+	r.mu.Unlock()
+	if err != nil {
+		return replicaResult{}, err
+	}
+	res, ok := <-ch
+	if !ok {
+		return replicaResult{}, errors.New("the replica process ended")
+	}
+	return res, nil
+}
+
+// dispatch hands the replica's results to their calls.
+func (r *replica) dispatch() {
+	for {
+		var res replicaResult
+		err := r.out.Decode(&res)
+		r.mu.Lock()
+		if err != nil {
+			for id, ch := range r.waiting {
+				close(ch)
+				delete(r.waiting, id)
+			}
+			r.mu.Unlock()
+			return
+		}
+		if ch := r.waiting[res.ID]; ch != nil {
+			ch <- res
+			delete(r.waiting, res.ID)
+		}
+		r.mu.Unlock()
+	}
 }
 
 // stores are the store URLs the replica tests run on: a directory and a

@@ -194,3 +194,41 @@ func TestBucketFull(t *testing.T) {
 	_, err = s.Put(ctx, "c", make([]byte, 50<<10))
 	assert.NoError(t, err)
 }
+
+// TestDropLeavesNothing: snapshots dropped after each commit leave
+// nothing in the snapshots' bucket (no object store delete markers, one
+// per call, which would stay until the bucket's max age): it holds the
+// head's snapshot alone, and nothing once the conversation is deleted.
+func TestDropLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL(), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	var head sessionstore.Head
+	for i := range 20 {
+		ref, err := s.Put(ctx, "c", []byte(fmt.Sprint("state ", i)))
+		require.NoError(t, err)
+		next, err := s.Commit(ctx, "c", head, ref)
+		require.NoError(t, err)
+		if head.Revision != 0 {
+			require.NoError(t, s.Drop(ctx, "c", head.Ref))
+		}
+		head = next
+	}
+	msgs := func() uint64 {
+		nc, err := nats.Connect(srv.URL())
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		st, err := js.Stream(ctx, "OBJ_"+natsstore.DefaultObjects)
+		require.NoError(t, err)
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	assert.Equal(t, uint64(2), msgs(), "the head's snapshot: its meta and its one chunk")
+	require.NoError(t, s.Delete(ctx, "c"))
+	assert.Zero(t, msgs())
+}
