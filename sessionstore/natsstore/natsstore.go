@@ -97,13 +97,13 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	}
 	b := &Backend{bucket: o.Objects}
 	kv := func(name string, ttl time.Duration) (jetstream.KeyValue, error) {
-		_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: name, History: 1, TTL: ttl, Replicas: o.Replicas, Storage: jetstream.FileStorage,
-			Description: "fumehood sessionstore"})
+		err := ensureBucket(ctx, js, "KV_"+name, func() error {
+			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: name, History: 1, TTL: ttl, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+				Description: "fumehood sessionstore"})
+			return err
+		}, func(c *jetstream.StreamConfig) { c.MaxAge, c.Replicas = ttl, o.Replicas })
 		if err != nil {
-			return nil, err
-		}
-		if err := leaderReads(ctx, js, "KV_"+name); err != nil {
 			return nil, err
 		}
 		return js.KeyValue(ctx, name) // a handle that knows reads go to the leader
@@ -123,12 +123,12 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	if maxBytes <= 0 {
 		maxBytes = -1
 	}
-	b.objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: o.Objects, TTL: objectsTTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
-		MaxBytes: maxBytes, Description: "fumehood sessionstore"})
-	if err == nil {
-		err = leaderReads(ctx, js, "OBJ_"+o.Objects)
-	}
+	err = ensureBucket(ctx, js, "OBJ_"+o.Objects, func() error {
+		_, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: o.Objects, TTL: objectsTTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+			MaxBytes: maxBytes, Description: "fumehood sessionstore"})
+		return err
+	}, func(c *jetstream.StreamConfig) { c.MaxAge, c.Replicas, c.MaxBytes = objectsTTL, o.Replicas, maxBytes })
 	if err == nil {
 		b.objects, err = js.ObjectStore(ctx, o.Objects) // a handle that knows
 	}
@@ -141,21 +141,38 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	return b, nil
 }
 
-// leaderReads turns off a bucket's direct gets, which any replica answers,
+// ensureBucket makes sure a bucket's stream exists (create makes it),
+// with apply's settings and direct gets off, which any replica answers,
 // possibly behind the leader: a head read from a lagging replica would
 // look unchanged when it moved (the commit's compare-and-swap still
 // catches it, as a conflict), and an object just stored could be missing.
-func leaderReads(ctx context.Context, js jetstream.JetStream, stream string) error {
+//
+// It changes an existing stream's configuration only where it differs,
+// and never turns direct gets on: replicas opening a store at once (a
+// deploy) each made it anew with the client's create-or-update, which
+// turns them on, and a racing create failed with "stream name already
+// in use"; the loser now uses the winner's stream.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, stream string, create func() error, apply func(*jetstream.StreamConfig)) error {
 	st, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err = create(); err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = js.Stream(ctx, stream)
+		}
+	}
 	if err != nil {
 		return err
 	}
 	cfg := st.CachedInfo().Config
-	if !cfg.AllowDirect {
+	want := cfg
+	apply(&want)
+	want.AllowDirect = false
+	if want.MaxAge > 0 && want.Duplicates > want.MaxAge {
+		want.Duplicates = want.MaxAge // the server refuses a window past the max age
+	}
+	if want.MaxAge == cfg.MaxAge && want.Replicas == cfg.Replicas && want.MaxBytes == cfg.MaxBytes && !cfg.AllowDirect {
 		return nil
 	}
-	cfg.AllowDirect = false
-	_, err = js.UpdateStream(ctx, cfg)
+	_, err = js.UpdateStream(ctx, want)
 	return err
 }
 

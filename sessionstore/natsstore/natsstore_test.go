@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,4 +232,49 @@ func TestDropLeavesNothing(t *testing.T) {
 	assert.Equal(t, uint64(2), msgs(), "the head's snapshot: its meta and its one chunk")
 	require.NoError(t, s.Delete(ctx, "c"))
 	assert.Zero(t, msgs())
+}
+
+// TestOpenAtOnce: replicas opening a store at the same time (a deploy),
+// the first time its buckets are made, all succeed, and reads stay with
+// the leader whichever made them; a replica opening it later with
+// another TTL and bound changes them.
+func TestOpenAtOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	for round := range 5 {
+		o := &natsstore.Options{Heads: fmt.Sprint("h", round), Leases: fmt.Sprint("l", round), Objects: fmt.Sprint("o", round)}
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				b, err := natsstore.Connect(ctx, srv.URL(), o)
+				if assert.NoError(t, err, "round %d, opener %d", round, i) {
+					b.Close()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for _, name := range []string{"KV_h0", "KV_l0", "OBJ_o0"} {
+		st, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		assert.False(t, st.CachedInfo().Config.AllowDirect, name)
+	}
+
+	b, err := natsstore.Connect(ctx, srv.URL(), &natsstore.Options{Heads: "h0", Leases: "l0", Objects: "o0",
+		TTL: time.Hour, MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	b.Close()
+	heads, err := js.Stream(ctx, "KV_h0")
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, heads.CachedInfo().Config.MaxAge)
+	objects, err := js.Stream(ctx, "OBJ_o0")
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour+time.Minute, objects.CachedInfo().Config.MaxAge)
+	assert.Equal(t, int64(1<<20), objects.CachedInfo().Config.MaxBytes)
+	assert.False(t, objects.CachedInfo().Config.AllowDirect)
 }
