@@ -36,7 +36,10 @@ type SessionsOptions struct {
 	LeaseTTL time.Duration
 	// MaxLive bounds the sessions kept live between calls, so that a
 	// conversation's next call here skips the resume; 0 means
-	// DefaultMaxLive, a negative value keeps none.
+	// DefaultMaxLive, a negative value keeps none. A process that keeps
+	// none (a command, a function) may end right after a call, so its
+	// calls drop the snapshot they replaced before they return; others
+	// drop it after (Close waits for those).
 	MaxLive int
 	// HibernateAfter hibernates a live session once it had no call for
 	// that long (it then holds only the pages its code changed, and its
@@ -265,8 +268,12 @@ func (c *Sessions) do(ctx context.Context, name string, mode int, run func(ctx c
 		}
 		return err
 	}
-	if head.Revision != 0 {
-		c.dropLater(ctx, name, head.Ref) // no head points to it
+	if head.Revision != 0 { // no head points to it
+		if c.opts.MaxLive < 0 {
+			_ = c.st.Drop(ctx, name, head.Ref)
+		} else {
+			c.dropLater(ctx, name, head.Ref)
+		}
 	}
 	keep = c.keep(name, s, next)
 	return nil
@@ -277,9 +284,9 @@ const dropTimeout = 30 * time.Second
 
 // dropLater drops a snapshot that no head points to any more, on a
 // goroutine of its own: the call's outcome does not depend on it, and on
-// NATS it is three requests (0.3 ms) the caller would wait for. Close
-// waits for it. One that fails stays, invisible, until the store's
-// expiry removes it (on a directory, Sweep).
+// NATS it is four requests (0.3 ms) the caller would wait for. Close
+// waits for it. One that fails stays, invisible, until the buckets' max
+// age removes it (on a directory it stays).
 func (c *Sessions) dropLater(ctx context.Context, name string, ref Ref) {
 	c.drops.Add(1)
 	go func() {
