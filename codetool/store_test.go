@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,41 +243,44 @@ func TestStoreReplicasAlternate(t *testing.T) {
 	}
 }
 
-// TestStoreReplicasRace: two replicas call one conversation at the same
-// time: every acknowledged call is counted exactly once.
+// TestStoreReplicasRace: two replicas, this process and another, call
+// one conversation at the same time, three callers each: every
+// acknowledged call is counted exactly once, and none that failed is.
 func TestStoreReplicasRace(t *testing.T) {
 	for name, url := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			here := storeTool(t, url, 0)
 			there := startReplica(t, url, 0)
-			const each = 25
-			var mu sync.Mutex
-			acked := 0
+			const callers, each = 3, 10
+			var acked, failed atomic.Int64
+			count := func(isError bool) {
+				if isError {
+					failed.Add(1)
+				} else {
+					acked.Add(1)
+				}
+			}
 			var wg sync.WaitGroup
-			wg.Go(func() {
-				for range each {
-					there.send(t, "race", increment)
-					if r := there.result(t); !r.IsError {
-						mu.Lock()
-						acked++
-						mu.Unlock()
+			for range callers {
+				wg.Go(func() {
+					for range each {
+						r, err := there.call("race", increment)
+						assert.NoError(t, err)
+						count(r.IsError)
 					}
-				}
-			})
-			wg.Go(func() {
-				for range each {
-					if r := here.Call(context.Background(), "race", args(increment)); !r.IsError {
-						mu.Lock()
-						acked++
-						mu.Unlock()
+				})
+				wg.Go(func() {
+					for range each {
+						count(here.Call(context.Background(), "race", args(increment)).IsError)
 					}
-				}
-			})
+				})
+			}
 			wg.Wait()
 			r := here.Call(context.Background(), "race", args("x"))
 			require.False(t, r.IsError, r.Text())
-			assert.Equal(t, strconv.Itoa(acked), *r.Value, "every acknowledged call once")
-			t.Logf("%d of %d calls acknowledged", acked, 2*each)
+			assert.Equal(t, strconv.Itoa(int(acked.Load())), *r.Value, "every acknowledged call once")
+			assert.Equal(t, int64(2*callers*each), acked.Load()+failed.Load())
+			t.Logf("%d of %d calls acknowledged", acked.Load(), 2*callers*each)
 		})
 	}
 }
