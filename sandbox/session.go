@@ -297,13 +297,17 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descri
 	// restore): where the kernel tracks the pages written since, only
 	// those are compared; else all are, and tracking starts, before the
 	// comparison, so a page written meanwhile is compared again next time.
+	// Which pages are unpopulated is asked first: tracking marks every
+	// unpopulated page write-protected, and the kernel then reports it
+	// as swapped out, so asked after, none would be, and the comparison
+	// and trimOnce would read (and populate) the whole memory.
 	m := in.mem.mem
 	if pages, ok := m.written(); ok {
 		ck.updateWritten(s.base, m.buf, s.g.deadStack(), pages)
 	} else {
-		m.track()
 		dead := s.g.deadStack()
 		zero := m.unpopulated(dead)
+		m.track()
 		ck.update(s.base, m.buf, dead, zero)
 		m.trimOnce(zero)
 	}
