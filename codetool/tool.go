@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/runtool"
+	"github.com/fumehood/fumehood/internal/textcut"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sessionstore"
@@ -24,7 +26,7 @@ var (
 	// ErrBadArguments: the model's arguments were not valid JSON, had an
 	// unknown field or the wrong type, lacked the code, held too much of
 	// it, or asked for a negative limit.
-	ErrBadArguments = errors.New("codetool: bad arguments")
+	ErrBadArguments = runtool.ErrBadArguments
 	// ErrTooManySessions: Options.MaxSessions conversations have a call
 	// in progress, so none could be closed to make room for another.
 	ErrTooManySessions = errors.New("codetool: too many live sessions")
@@ -44,11 +46,6 @@ const (
 	DefaultOutputDir = "/work"
 	// DefaultMaxImageBytes is Options.MaxImageBytes's default: 1 MiB.
 	DefaultMaxImageBytes = 1 << 20
-	// maxFiles bounds the files a Result lists, maxImages those it carries
-	// the content of, and maxWalk the entries looked at to find them.
-	maxFiles  = 64
-	maxImages = 8
-	maxWalk   = 20_000
 	// maxExpired bounds the conversations remembered as closed for being
 	// idle or to make room, to tell the model when its state is gone.
 	maxExpired = 4096
@@ -122,7 +119,7 @@ type Tool struct {
 	opts   Options
 	limits sandbox.Limits // Options.Limits with the defaults applied
 
-	instructions string // InstructionsFor the guest and network
+	instructions string // runtool.InstructionsFor the guest and network
 
 	stored *sessionstore.Sessions // with Options.Store; nil without
 	// With a Store, Close cancels storedCtx and waits for storedCalls.
@@ -156,8 +153,8 @@ type conv struct {
 }
 
 // New returns a tool that runs code on py, the Python guest
-// (sandbox.CompilePython). It probes the guest (Probe) once per
-// process for its Instructions.
+// (sandbox.CompilePython). It probes the guest once per process (a few
+// milliseconds) for its Instructions.
 func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if py == nil || !py.IsPython() {
 		return nil, sandbox.ErrNotPython
@@ -191,7 +188,7 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if o.MaxImageBytes == 0 {
 		o.MaxImageBytes = DefaultMaxImageBytes
 	}
-	info, err := Probe(context.Background(), py)
+	info, err := runtool.Probe(context.Background(), py)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +196,7 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if o.Store != nil {
 		idle = 0 // the store's TTL applies, which the tool does not know
 	}
-	t := &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil) + " " + limitsText(l, idle),
+	t := &Tool{py: py, opts: o, limits: l, instructions: runtool.InstructionsFor(info, o.Network, nil) + " " + limitsText(l, idle),
 		convs: map[string]*conv{}, expired: map[string]gone{}}
 	if o.Store != nil {
 		t.stored = sessionstore.NewSessions(o.Store, py, &sessionstore.SessionsOptions{
@@ -211,7 +208,7 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 }
 
 // Instructions says what this tool's sandbox has and lacks, for a model:
-// InstructionsFor the tool's guest and network, then the limits of each run
+// what the tool's guest offers and its network allows, then the limits of each run
 // (wall time, CPU, memory, output) and of an idle conversation, so that a
 // model can plan its work within them. Give it as the system
 // prompt's part on the tool, or use Description, which holds it.
@@ -263,7 +260,7 @@ func trimJSONError(err error) string {
 	if errors.As(err, &te) {
 		return fmt.Sprintf("%q must be %s, not a JSON %s", te.Field, map[string]string{"code": "a string", "timeout_ms": "a positive integer"}[te.Field], te.Value)
 	}
-	msg, _ := Clip(strings.TrimPrefix(err.Error(), "json: "), 200)
+	msg, _ := textcut.Cut(strings.TrimPrefix(err.Error(), "json: "), 200)
 	return msg
 }
 
@@ -274,11 +271,16 @@ func trimJSONError(err error) string {
 // Result (IsError, Error, Err). ctx bounds the whole call, waiting for
 // the conversation's previous call included.
 func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) *Result {
+	return export(t.call(ctx, conversation, arguments))
+}
+
+// call is Call, with runtool's Result.
+func (t *Tool) call(ctx context.Context, conversation string, arguments []byte) *runtool.Result {
 	in, err := ParseInput(arguments, t.opts.MaxCode)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
-	req, err := CallLimits(in.TimeoutMS, 0)
+	req, err := runtool.CallLimits(in.TimeoutMS, 0)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
@@ -314,13 +316,13 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 		t.mu.Unlock()
 	}()
 
-	w := WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
+	w := runtool.WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
 	res, err := c.s.Run(ctx, in.Code, t.runOptions(conversation, req))
 	if errors.Is(err, sandbox.ErrClosed) {
 		// A run stopped while files were open could not be rolled back.
 		t.endLocked(conversation, c)
 	}
-	r := FromRun(res, err, t.limits.MaxOutput)
+	r := runtool.FromRun(res, err, t.limits.MaxOutput)
 	switch why {
 	case goneIdle:
 		r.Notes = append(r.Notes, fmt.Sprintf("this conversation's previous session was closed after %v without calls: "+
@@ -338,7 +340,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 	} else if res != nil {
 		r.Files, err = w.Changed()
 		if err != nil {
-			r.cut("files")
+			r.Cut("files")
 		}
 	}
 	return r
@@ -346,7 +348,7 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 
 // callStored runs a call on the conversation's session from the Store,
 // and commits it.
-func (t *Tool) callStored(ctx context.Context, conversation string, in Input, req sandbox.Limits) *Result {
+func (t *Tool) callStored(ctx context.Context, conversation string, in Input, req sandbox.Limits) *runtool.Result {
 	t.mu.Lock()
 	closed := t.closed
 	if !closed {
@@ -361,22 +363,22 @@ func (t *Tool) callStored(ctx context.Context, conversation string, in Input, re
 	defer cancel(nil)
 	stop := context.AfterFunc(t.storedCtx, func() { cancel(ErrClosed) })
 	defer stop()
-	var r *Result
+	var r *runtool.Result
 	err := t.stored.Do(ctx, conversation, func(ctx context.Context, s *sandbox.Session, fresh bool) error {
 		if fresh && t.opts.Setup != nil {
 			if err := t.opts.Setup(ctx, conversation, s); err != nil {
 				return fmt.Errorf("codetool: setting up the session: %w", err)
 			}
 		}
-		w := WatchFiles(s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
+		w := runtool.WatchFiles(s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
 		res, err := s.Run(ctx, in.Code, t.runOptions(conversation, req))
-		r = FromRun(res, err, t.limits.MaxOutput)
+		r = runtool.FromRun(res, err, t.limits.MaxOutput)
 		if errors.Is(err, sandbox.ErrClosed) {
 			return err // stopped with files open: nothing to commit
 		}
 		if res != nil {
 			if r.Files, err = w.Changed(); err != nil {
-				r.cut("files")
+				r.Cut("files")
 			}
 		}
 		return nil
@@ -417,8 +419,8 @@ func (f outputFunc) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func errResult(err error, maxOutput int) *Result {
-	return FromRun(nil, err, maxOutput)
+func errResult(err error, maxOutput int) *runtool.Result {
+	return runtool.FromRun(nil, err, maxOutput)
 }
 
 // acquire returns the conversation's session, creating it if needed,

@@ -56,7 +56,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/runtool"
+	"github.com/fumehood/fumehood/internal/textcut"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sessionstore"
@@ -153,7 +154,7 @@ type Server struct {
 	py           *sandbox.Guest
 	opts         Options // with the defaults applied
 	mcp          *mcp.Server
-	instructions string // codetool.InstructionsFor the guest, network and mounts
+	instructions string // runtool.InstructionsFor the guest, network and mounts
 
 	stored *sessionstore.Sessions // with Options.Store; nil without
 	kept   int                    // with a Store: the sessions kept live between calls, at most
@@ -183,7 +184,7 @@ type session struct {
 
 // New returns a server that runs code on py, which must be the Python
 // guest (sandbox.CompilePython). It probes the
-// guest once per process (codetool.Probe) for its instructions.
+// guest once per process (runtool.Probe) for its instructions.
 func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if !py.IsPython() {
 		return nil, sandbox.ErrNotPython
@@ -196,11 +197,11 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := codetool.Probe(context.Background(), py)
+	info, err := runtool.Probe(context.Background(), py)
 	if err != nil {
 		return nil, err
 	}
-	s := newServer(o, codetool.InstructionsFor(info, o.Network, o.Mounts))
+	s := newServer(o, runtool.InstructionsFor(info, o.Network, o.Mounts))
 	s.py, s.charge = py, charge
 	if o.Store != nil {
 		s.startStore()
@@ -468,12 +469,12 @@ func addTool[In, Out any](s *Server, name, description string, h mcp.ToolHandler
 func (s *Server) addTools() error {
 	errs := []error{
 		addTool(s, "run_python", "Run Python code in a fresh interpreter; nothing is kept after the call "+
-			"(use session_create and session_run for state that lasts). "+codetool.ResultShows+" "+codetool.FilesShown+" "+
+			"(use session_create and session_run for state that lasts). "+runtool.ResultShows+" "+runtool.FilesShown+" "+
 			s.instructions, s.runPython),
 		addTool(s, "session_create", "Start a Python session whose variables, imports and files last between session_run calls, "+
 			"as in a notebook; close it with session_close when done.", s.sessionCreate),
-		addTool(s, "session_run", "Run Python code in a session. "+codetool.ResultShows+" "+codetool.FilesShown+" "+
-			codetool.Rollback, s.sessionRun),
+		addTool(s, "session_run", "Run Python code in a session. "+runtool.ResultShows+" "+runtool.FilesShown+" "+
+			runtool.Rollback, s.sessionRun),
 		addTool(s, "session_files", "Read, write or list files in a session's filesystem. A text file is read as text, "+
 			"an image (PNG, JPEG, GIF, WebP) as an image, any other binary file as base64; "+
 			"write binary data by sending it in base64 with encoding base64.", s.sessionFiles),
@@ -492,7 +493,7 @@ func (s *Server) addTools() error {
 // server's, and a negative or out-of-range one is an error. The rule is
 // the sandbox's (sandbox.Limits.Lower), which every run applies again.
 func (s *Server) config(l callLimits) (*sandbox.RunOptions, error) {
-	req, err := codetool.CallLimits(l.TimeoutMS, l.Fuel)
+	req, err := runtool.CallLimits(l.TimeoutMS, l.Fuel)
 	if err != nil {
 		return nil, err
 	}
@@ -570,8 +571,9 @@ const outputDir = "/work"
 func (s *Server) maxImage() int { return max(1, s.opts.Limits.MaxOutput/4*3) }
 
 // result turns a run's outcome into a tool result, formatted for the
-// model as codetool formats it. A Python exception or a limit is an error
-// result the model sees; other errors are too, with their message. Every
+// model as codetool formats it (runtool.Result.Text). A Python exception
+// or a limit is an error result the model sees; other errors are too,
+// with their message. Every
 // text is cut to the server's MaxOutput bytes here, whatever the sandbox
 // kept, and sent once: the text content holds at most six of them
 // (stdout, stderr, value, exception type and message or error,
@@ -580,7 +582,7 @@ func (s *Server) maxImage() int { return max(1, s.opts.Limits.MaxOutput/4*3) }
 // changed under /work (at most 64), and the first 8 images among them
 // whose base64 fits MaxOutput are attached: PNG and JPEG as image content,
 // SVG as text.
-func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp.CallToolResult, runOutput, error) {
+func (s *Server) result(res *sandbox.Result, err error, w *runtool.Watch) (*mcp.CallToolResult, runOutput, error) {
 	var out runOutput
 	if res == nil {
 		if err == nil {
@@ -588,11 +590,11 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 		}
 		return nil, out, err
 	}
-	r := codetool.FromRun(res, err, s.opts.Limits.MaxOutput)
+	r := runtool.FromRun(res, err, s.opts.Limits.MaxOutput)
 	if w != nil {
 		var ferr error
 		if r.Files, ferr = w.Changed(); ferr != nil {
-			r.Truncated = append(r.Truncated, "files")
+			r.Cut("files")
 		}
 	}
 	out = runOutput{
@@ -603,7 +605,10 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 		out.Exception = trunc(e.Type, 200)
 	}
 	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: r.Text()}}}
-	for _, f := range r.Images() {
+	for _, f := range r.Files {
+		if f.Data == nil {
+			continue
+		}
 		if f.IsRaster() {
 			tr.Content = append(tr.Content, &mcp.ImageContent{Data: f.Data, MIMEType: f.MediaType})
 		} else {
@@ -615,8 +620,8 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 }
 
 // truncate returns text as valid UTF-8 of at most n bytes, cut at a
-// character boundary, and whether it cut (codetool.Clip).
-func truncate(text string, n int) (string, bool) { return codetool.Clip(text, n) }
+// character boundary, and whether it cut (textcut.Cut).
+func truncate(text string, n int) (string, bool) { return textcut.Cut(text, n) }
 
 // trunc is truncate without the report.
 func trunc(text string, n int) string {
@@ -746,7 +751,7 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in run
 			return nil, runOutput{}, err
 		}
 	}
-	w := codetool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
+	w := runtool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
 	res, err := ss.Run(ctx, in.Code, cfg)
 	return s.result(res, err, w)
 }
@@ -881,7 +886,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 	if err != nil {
 		return nil, runOutput{}, err
 	}
-	w := codetool.WatchFiles(ss.s.Files().FS(), outputDir, s.maxImage())
+	w := runtool.WatchFiles(ss.s.Files().FS(), outputDir, s.maxImage())
 	res, err := ss.s.Run(ctx, in.Code, cfg)
 	done()
 	if errors.Is(err, sandbox.ErrClosed) {
