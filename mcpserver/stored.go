@@ -93,7 +93,7 @@ func (s *Server) holdCall(ctx context.Context, id string) (name string, release 
 	if err := s.reserve(ctx, false); err != nil {
 		return "", nil, err
 	}
-	return name, func() { s.release(false) }, nil
+	return name, s.release, nil
 }
 
 func (s *Server) createStored(ctx context.Context, in createInput) (*mcp.CallToolResult, sessionRef, error) {
