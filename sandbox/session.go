@@ -221,13 +221,13 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	if s.inst == nil {
 		// Hibernating: bring the interpreter back from the checkpoint.
 		if err := s.instantiate(ctx, false); err != nil {
-			return r.end(err, memStats{}, nil)
+			return r.fail(err)
 		}
 	}
 	in := s.inst
 	_, body, err := s.request(code, r.limits.MaxOutput)
 	if err != nil {
-		return r.end(err, memStats{}, nil)
+		return r.fail(err)
 	}
 	if r.opts.Stdin != nil {
 		in.userIn = newStdin(ctx, r.opts.Stdin, r.state)
@@ -256,7 +256,7 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 			var out settling
 			defer func() {
 				if p := recover(); p != nil {
-					out.err = fmt.Errorf("sandbox: internal error taking a checkpoint: %v", p)
+					out.err = fmt.Errorf("%w taking a checkpoint: %v", errInternal, p)
 				}
 				done <- out
 				s.g.background.Done()
