@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // lockStripes is how many lock files a directory store has: a record's
@@ -227,6 +228,9 @@ func writeFile(name string, data []byte, durable bool) (err error) {
 	defer func() {
 		if err != nil {
 			os.Remove(tmp)
+			if isFull(err) {
+				err = fmt.Errorf("%w: %w", ErrFull, err)
+			}
 			err = fmt.Errorf("sessionstore: writing %s: %w", name, err)
 		}
 	}()
@@ -252,4 +256,10 @@ func writeFile(name string, data []byte, durable bool) (err error) {
 		return dir.Sync()
 	}
 	return nil
+}
+
+// isFull reports whether a write failed for want of room: a full disk, a
+// quota, a file size limit.
+func isFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG)
 }

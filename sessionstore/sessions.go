@@ -36,7 +36,10 @@ type SessionsOptions struct {
 	LeaseTTL time.Duration
 	// MaxLive bounds the sessions kept live between calls, so that a
 	// conversation's next call here skips the resume; 0 means
-	// DefaultMaxLive, a negative value keeps none.
+	// DefaultMaxLive, a negative value keeps none. A process that keeps
+	// none (a command, a function) may end right after a call, so its
+	// calls drop the snapshot they replaced before they return; others
+	// drop it after (Close waits for those).
 	MaxLive int
 	// HibernateAfter hibernates a live session once it had no call for
 	// that long (it then holds only the pages its code changed, and its
@@ -63,6 +66,8 @@ type Sessions struct {
 	turns  map[string]*turn // the calls of this process waiting for a conversation
 	clock  uint64           // counts kept sessions, to find the least recently used
 	closed bool
+
+	drops sync.WaitGroup // the snapshots being dropped after their call (dropLater)
 }
 
 // turn lines up this process's calls of a conversation, so that one at a
@@ -242,8 +247,14 @@ func (c *Sessions) do(ctx context.Context, name string, mode int, run func(ctx c
 	if err != nil {
 		return err
 	}
-	if err := lease.Renew(ctx); err != nil {
-		return err
+	// The commit needs the lease to be held: no one else can have taken
+	// it while more than half of its ttl is left (its expiry is written
+	// by this clock, and takers wait for it to pass); else it is renewed
+	// first, which fails if it was lost.
+	if time.Until(lease.Expires()) < c.opts.LeaseTTL/2 {
+		if err := lease.Renew(ctx); err != nil {
+			return err
+		}
 	}
 	if err := lost(); err != nil {
 		return err
@@ -257,11 +268,33 @@ func (c *Sessions) do(ctx context.Context, name string, mode int, run func(ctx c
 		}
 		return err
 	}
-	if head.Revision != 0 {
-		_ = c.st.Drop(ctx, name, head.Ref) // no head points to it
+	if head.Revision != 0 { // no head points to it
+		if c.opts.MaxLive < 0 {
+			_ = c.st.Drop(ctx, name, head.Ref)
+		} else {
+			c.dropLater(ctx, name, head.Ref)
+		}
 	}
 	keep = c.keep(name, s, next)
 	return nil
+}
+
+// dropTimeout bounds dropping a snapshot after its call.
+const dropTimeout = 30 * time.Second
+
+// dropLater drops a snapshot that no head points to any more, on a
+// goroutine of its own: the call's outcome does not depend on it, and on
+// NATS it is four requests (0.3 ms) the caller would wait for. Close
+// waits for it. One that fails stays, invisible, until the buckets' max
+// age removes it (on a directory it stays).
+func (c *Sessions) dropLater(ctx context.Context, name string, ref Ref) {
+	c.drops.Add(1)
+	go func() {
+		defer c.drops.Done()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
+		defer cancel()
+		_ = c.st.Drop(dctx, name, ref)
+	}()
 }
 
 // takeTurn waits for this process's earlier calls of a conversation, in
@@ -488,8 +521,10 @@ func (c *Sessions) isClosed() bool {
 	return c.closed
 }
 
-// Close closes the live sessions; calls in progress close theirs when
-// they end, and later calls fail with ErrClosed. The store stays open.
+// Close closes the live sessions and waits for the snapshots its calls
+// replaced to be dropped from the store; calls in progress close theirs
+// when they end, and later calls fail with ErrClosed. The store stays
+// open.
 func (c *Sessions) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -499,6 +534,7 @@ func (c *Sessions) Close() error {
 	for _, l := range live {
 		l.close()
 	}
+	c.drops.Wait()
 	return nil
 }
 

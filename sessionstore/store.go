@@ -52,6 +52,9 @@ var (
 	ErrTampered = errors.New("sessionstore: a record failed its integrity check")
 	// ErrBadName: a conversation name outside CheckName's rules.
 	ErrBadName = errors.New("sessionstore: bad conversation name")
+	// ErrFull: the store has no room for a snapshot or record (a full
+	// disk or quota; a NATS bucket at its max bytes); nothing was written.
+	ErrFull = errors.New("sessionstore: the store is full")
 	// ErrUnavailable: the store could not be reached.
 	ErrUnavailable = errors.New("sessionstore: the store is unavailable")
 	// ErrClosed: the store was closed.
