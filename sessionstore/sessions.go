@@ -21,6 +21,8 @@ const (
 	DefaultMaxLive = 16
 	// DefaultHibernateAfter is SessionsOptions.HibernateAfter's default.
 	DefaultHibernateAfter = 10 * time.Second
+	// DefaultSweepEvery is SessionsOptions.SweepEvery's default.
+	DefaultSweepEvery = time.Minute
 )
 
 // SessionsOptions configure Sessions. The zero value gives new and resumed
@@ -48,6 +50,12 @@ type SessionsOptions struct {
 	// call. Until then it stays awake: its next call starts at once, and
 	// it holds its whole linear memory.
 	HibernateAfter time.Duration
+	// SweepEvery is how often Sessions on a directory store runs a Sweep
+	// (bounded by the store's Options.SweepBatch) on a goroutine of its
+	// own: expired conversations and orphan snapshots go even if no one
+	// loads them again. 0 means DefaultSweepEvery, a negative value never.
+	// Other stores expire records themselves.
+	SweepEvery time.Duration
 }
 
 // Sessions runs the calls of conversations kept in a Store, one call of a
@@ -68,6 +76,8 @@ type Sessions struct {
 	closed bool
 
 	drops sync.WaitGroup // the snapshots being dropped after their call (dropLater)
+
+	stopSweep func() // stops the sweeps, and waits for one in progress
 }
 
 // turn lines up this process's calls of a conversation, so that one at a
@@ -102,7 +112,38 @@ func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
 	if o.HibernateAfter == 0 {
 		o.HibernateAfter = DefaultHibernateAfter
 	}
-	return &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}, turns: map[string]*turn{}}
+	if o.SweepEvery == 0 {
+		o.SweepEvery = DefaultSweepEvery
+	}
+	c := &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}, turns: map[string]*turn{}, stopSweep: func() {}}
+	if s, ok := st.(*store); ok && o.SweepEvery > 0 {
+		if _, ok := s.b.(*Dir); ok {
+			c.stopSweep = sweepEvery(s, o.SweepEvery)
+		}
+	}
+	return c
+}
+
+// sweepEvery sweeps the store's directory every period until stop.
+func sweepEvery(s *store, period time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				sctx, scancel := context.WithTimeout(ctx, sweepTimeout)
+				_, _ = Sweep(sctx, s.b, &s.opts) // best effort: the next one goes on
+				scancel()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // Do runs one call of a conversation: it waits for this process's earlier
@@ -286,7 +327,8 @@ const dropTimeout = 30 * time.Second
 // goroutine of its own: the call's outcome does not depend on it, and on
 // NATS it is four requests (0.3 ms) the caller would wait for. Close
 // waits for it. One that fails stays, invisible, until the buckets' max
-// age removes it (on a directory it stays).
+// age removes it (on a directory, Sweep does once it is older than the
+// store's Options.OrphanAge).
 func (c *Sessions) dropLater(ctx context.Context, name string, ref Ref) {
 	c.drops.Add(1)
 	go func() {
@@ -534,6 +576,7 @@ func (c *Sessions) Close() error {
 	for _, l := range live {
 		l.close()
 	}
+	c.stopSweep()
 	c.drops.Wait()
 	return nil
 }
