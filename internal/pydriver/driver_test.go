@@ -23,12 +23,12 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/pydriver"
 	"github.com/fumehood/fumehood/internal/wasmbin"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 	"github.com/fumehood/fumehood/wasi"
 )
 
