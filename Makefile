@@ -88,6 +88,7 @@ fuzz:
 		./internal/wasmbin:FuzzParse \
 		./internal/fuel:FuzzInstrument \
 		./internal/errnoshim:FuzzShim \
+		./internal/exnref:FuzzTranslate \
 		./internal/hostchan:FuzzDecodeFrame \
 		./wasi:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \

@@ -26,11 +26,14 @@ import (
 
 	"github.com/spf13/afero"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/errnoshim"
+	"github.com/fumehood/fumehood/internal/exnref"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/internal/pydriver"
@@ -79,6 +82,18 @@ type Options struct {
 	// guest build --with pandas`). A variant that is not built is an
 	// error matching ErrGuestNotBuilt that names its build command.
 	With []string
+	// ExceptionHandling lets Compile accept a module that uses WebAssembly
+	// exception handling: C++ built with clang's -fwasm-exceptions (whose
+	// legacy instructions Compile rewrites, see internal/exnref) and a C++
+	// runtime built the same way (internal/cxxrt). It is off by default,
+	// and such a module is then an ErrInvalidModule: wazero v1.12's
+	// exception handling is experimental, and each try_table the guest
+	// enters copies the guest's whole call stack on the host (about 8 µs:
+	// C++ enters one for each scope with a destructor), so a hostile module can make the host allocate memory
+	// quadratic in its call depth, which Limits.Memory does not bound (see
+	// docs/SECURITY.md). Enable it for code that needs exceptions and that
+	// you trust not to nest them without bound.
+	ExceptionHandling bool
 }
 
 // Guest is a compiled guest module. It is safe for concurrent use: each run
@@ -209,9 +224,19 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The same preparation as the Python guest's pipeline: the errno shim,
-	// then fuel, which also meters the shim.
-	shimmed, err := errnoshim.Shim(bounded)
+	// The same preparation as the Python guest's pipeline: legacy
+	// exception handling (C++ built with clang 19's -fwasm-exceptions)
+	// rewritten to the form wazero runs, the errno shim, then fuel, which
+	// also meters the shim.
+	translated := bounded
+	if opts.ExceptionHandling {
+		if translated, err = exnref.Translate(bounded); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+		}
+	} else if exnref.Uses(bounded) {
+		return nil, fmt.Errorf("%w: the module uses exception handling (C++ exceptions): Options.ExceptionHandling enables it", ErrInvalidModule)
+	}
+	shimmed, err := errnoshim.Shim(translated)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
@@ -276,7 +301,12 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: compilation cache: %w", err)
 	}
+	features := api.CoreFeaturesV2
+	if opts.ExceptionHandling {
+		features |= experimental.CoreFeaturesExceptionHandling
+	}
 	cfg := wazero.NewRuntimeConfigCompiler().
+		WithCoreFeatures(features).
 		WithCompilationCache(cache).
 		WithDebugInfoEnabled(false)
 	// Deadlines do not use WithCloseOnContextDone, which costs 2-3x CPU:

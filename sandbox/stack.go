@@ -62,36 +62,12 @@ type stackPointer struct {
 // findStackPointer finds m's stack pointer; ok is false for a module that
 // does not follow the convention.
 func findStackPointer(m *wasmbin.Module) stackPointer {
-	var imported uint32
-	if s := m.Section(wasmbin.SectionImport); s != nil {
-		imps, err := wasmbin.Imports(s.Payload)
-		if err != nil {
-			return stackPointer{}
-		}
-		for _, im := range imps {
-			if im.Kind == wasmbin.ImportGlobal {
-				imported++
-			}
-		}
-	}
-	s := m.Section(wasmbin.SectionGlobal)
-	if s == nil {
+	index, init, ok := wasmbin.StackPointer(m)
+	top := uint32(init)
+	if !ok || top == 0 || top%16 != 0 {
 		return stackPointer{}
 	}
-	r := &wasmbin.Reader{B: s.Payload}
-	if r.Count(3) == 0 {
-		return stackPointer{}
-	}
-	typ := r.ValType()
-	mutable := r.Byte() == 1
-	if r.Err != nil || typ != 0x7F || !mutable || r.Byte() != 0x41 { // i32, mut, i32.const
-		return stackPointer{}
-	}
-	top := uint32(readS32(r))
-	if r.Err != nil || r.Byte() != 0x0B || top == 0 || top%16 != 0 {
-		return stackPointer{}
-	}
-	sp := stackPointer{ok: true, index: int(imported), top: top}
+	sp := stackPointer{ok: true, index: int(index), top: top}
 	if low, ok := lowestData(m); ok {
 		sp.first = low >= top
 		sp.floor = min(stackSlack, top/8, low)

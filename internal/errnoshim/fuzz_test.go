@@ -29,12 +29,16 @@ func FuzzShim(f *testing.F) {
 		{},
 		cat(localGet(0), localGet(0), localGet(0), localGet(0), call(0)),
 		cat(refFunc(0), []byte{opDropOp}, localGet(0), localGet(0), localGet(0), localGet(0), returnCall(0)),
+		// A call in a try_table whose catch_all leaves the block around it.
+		cat([]byte{0x02, 0x40, 0x1F, 0x40, 1, 0x02, 0}, localGet(0), localGet(0), localGet(0), localGet(0), call(0),
+			[]byte{opDropOp, opEnd, opEnd}, i32Const(-1)),
 	} {
 		f.Add(seed)
 	}
 	ctx := context.Background()
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().
-		WithCoreFeatures(api.CoreFeaturesV2|experimental.CoreFeaturesTailCall|experimental.CoreFeaturesThreads))
+		WithCoreFeatures(api.CoreFeaturesV2|experimental.CoreFeaturesTailCall|experimental.CoreFeaturesThreads|
+			experimental.CoreFeaturesExceptionHandling))
 	f.Cleanup(func() { _ = r.Close(ctx) })
 
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -75,6 +79,9 @@ func checkShim(t *testing.T, ctx context.Context, r wazero.Runtime, wasm []byte)
 		_, err := Shim(out)
 		assert.ErrorIs(t, err, ErrShimmed, "the output is recognised as shimmed")
 	}
+	if m, err := wasmbin.Parse(wasm); err != nil || wasmbin.CheckTags(m) != nil {
+		return // wazero panics on a tag of a type it lacks
+	}
 	cm, err := r.CompileModule(ctx, wasm)
 	if err != nil {
 		return
@@ -90,11 +97,14 @@ func checkShim(t *testing.T, ctx context.Context, r wazero.Runtime, wasm []byte)
 func TestBodyModule(t *testing.T) {
 	ctx := context.Background()
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().
-		WithCoreFeatures(api.CoreFeaturesV2|experimental.CoreFeaturesTailCall))
+		WithCoreFeatures(api.CoreFeaturesV2|experimental.CoreFeaturesTailCall|experimental.CoreFeaturesExceptionHandling))
 	t.Cleanup(func() { _ = r.Close(ctx) })
 	for _, body := range [][]byte{
 		cat(localGet(0), localGet(0), localGet(0), localGet(0), call(0)),
 		cat(refFunc(0), []byte{opDropOp}, localGet(0), localGet(0), localGet(0), localGet(0), returnCall(0)),
+		// A call in a try_table whose catch_all leaves the block around it.
+		cat([]byte{0x02, 0x40, 0x1F, 0x40, 1, 0x02, 0}, localGet(0), localGet(0), localGet(0), localGet(0), call(0),
+			[]byte{opDropOp, opEnd, opEnd}, i32Const(-1)),
 	} {
 		wasm := bodyModule(body)
 		mustCompile(t, ctx, r, wasm)

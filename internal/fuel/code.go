@@ -218,6 +218,17 @@ func (in *instrumenter) scan(expr []byte) error {
 			ev[region].val++
 		case wasmbin.OpNop, wasmbin.OpDrop:
 		case wasmbin.OpBlock, wasmbin.OpLoop, wasmbin.OpTry, wasmbin.OpTryTable:
+			if ins.Op == wasmbin.OpTryTable {
+				// Each catch clause is a branch, from anywhere in the
+				// body, to its label: a join where execution resumes.
+				_, catches, err := wasmbin.TryTable(expr[pos:next])
+				if err != nil {
+					return fmt.Errorf("offset %d: %w", pos, err)
+				}
+				for _, c := range catches {
+					branch(c.Label, false)
+				}
+			}
 			f := frame{kind: frBlock, open: region, openExit: ev[region].exit || dead, exact: true}
 			switch ins.Op {
 			case wasmbin.OpLoop:

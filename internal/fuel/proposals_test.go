@@ -16,7 +16,8 @@ import (
 )
 
 // allFeatures are the features of the modules these tests build.
-const allFeatures = api.CoreFeaturesV2 | experimental.CoreFeaturesThreads | experimental.CoreFeaturesTailCall
+const allFeatures = api.CoreFeaturesV2 | experimental.CoreFeaturesThreads | experimental.CoreFeaturesTailCall |
+	experimental.CoreFeaturesExceptionHandling
 
 func v128(lanes ...uint32) []byte {
 	b := []byte{0xFD, 0x0C}

@@ -397,3 +397,41 @@ func ValTypeLen(b []byte) (int, error) {
 	}
 	return 1 + n, nil
 }
+
+// Catch is one catch clause of a try_table.
+type Catch struct {
+	// Kind is 0 (catch), 1 (catch_ref), 2 (catch_all) or 3 (catch_all_ref).
+	Kind byte
+	// Tag is the tag index of catch and catch_ref.
+	Tag uint32
+	// Label is where the clause branches, relative to the block around
+	// the try_table.
+	Label uint32
+}
+
+// TryTable decodes the try_table instruction at the start of b: its block
+// type's encoding and its catch clauses.
+func TryTable(b []byte) (bt []byte, catches []Catch, err error) {
+	if len(b) == 0 || Opcode(b[0]) != OpTryTable {
+		return nil, nil, fmt.Errorf("%w: not a try_table", ErrMalformed)
+	}
+	pos, err := blockType(b, 1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: try_table: %v", ErrMalformed, err)
+	}
+	r := Reader{B: b, Pos: pos}
+	n := r.Count(2)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		c := Catch{Kind: r.Byte()}
+		switch c.Kind {
+		case 0, 1:
+			c.Tag = r.U32()
+		case 2, 3:
+		default:
+			r.Fail("try_table: unknown catch clause 0x%02x", c.Kind)
+		}
+		c.Label = r.U32()
+		catches = append(catches, c)
+	}
+	return b[1:pos], catches, r.Err
+}

@@ -223,3 +223,30 @@ func TestInsert(t *testing.T) {
 	_, err := Parse(m.Encode())
 	assert.NoError(t, err, "the sections are in a valid order")
 }
+
+func TestTryTable(t *testing.T) {
+	// try_table (result i32) (catch 1 0) (catch_ref 2 1) (catch_all 2) (catch_all_ref 3)
+	b := []byte{0x1F, 0x7F, 4, 0x00, 1, 0, 0x01, 2, 1, 0x02, 2, 0x03, 3}
+	bt, catches, err := TryTable(b)
+	require.NoError(t, err)
+	assert.Equal(t, []byte{0x7F}, bt)
+	assert.Equal(t, []Catch{{0, 1, 0}, {1, 2, 1}, {2, 0, 2}, {3, 0, 3}}, catches)
+	for name, bad := range map[string][]byte{
+		"not a try_table": {0x02, 0x40},
+		"clause kind 4":   {0x1F, 0x40, 1, 0x04, 0},
+		"truncated":       {0x1F, 0x40, 2, 0x02, 0},
+	} {
+		_, _, err := TryTable(bad)
+		assert.ErrorIs(t, err, ErrMalformed, name)
+	}
+}
+
+func TestCheckTags(t *testing.T) {
+	types := Section{ID: SectionType, Payload: []byte{1, 0x60, 1, 0x7F, 0}}
+	ok := &Module{Sections: []Section{types, {ID: SectionTag, Payload: []byte{1, 0, 0}}}}
+	require.NoError(t, CheckTags(ok))
+	bad := &Module{Sections: []Section{types, {ID: SectionTag, Payload: []byte{1, 0, 1}}}}
+	assert.ErrorIs(t, CheckTags(bad), ErrMalformed)
+	imported := &Module{Sections: []Section{types, {ID: SectionImport, Payload: []byte{1, 1, 'm', 1, 't', ImportTag, 0, 5}}}}
+	assert.ErrorIs(t, CheckTags(imported), ErrMalformed)
+}

@@ -30,6 +30,9 @@ const (
 	SectionCode      byte = 10
 	SectionData      byte = 11
 	SectionDataCount byte = 12
+	// SectionTag holds the tags of the exception-handling proposal; it
+	// sits between the memory and global sections.
+	SectionTag byte = 13
 )
 
 // ErrNotWasm reports input that is not a WebAssembly binary module.
@@ -78,7 +81,7 @@ func Parse(b []byte) (*Module, error) {
 		if uint64(size) > uint64(len(rest)-start) {
 			return nil, fmt.Errorf("%w: section %d at offset %d: size %d runs past the end", ErrMalformed, id, off, size)
 		}
-		if id > SectionDataCount {
+		if id > SectionTag {
 			return nil, fmt.Errorf("%w: unknown section id %d at offset %d", ErrMalformed, id, off)
 		}
 		payload := rest[start : start+int(size)]
@@ -107,17 +110,18 @@ func Parse(b []byte) (*Module, error) {
 	return m, nil
 }
 
-// order gives the position a non-custom section must keep: the data count
-// section sits between import-related sections and code.
-func order(id byte) int {
-	if id == SectionDataCount {
-		return int(SectionElement) + 1 // after element, before code
-	}
-	if id >= SectionCode {
-		return int(id) + 1
-	}
-	return int(id)
+// sectionOrder gives the position each non-custom section must keep: the
+// tag section sits between memory and global, the data count section
+// between element and code.
+var sectionOrder = [...]int{
+	SectionType: 1, SectionImport: 2, SectionFunction: 3, SectionTable: 4,
+	SectionMemory: 5, SectionTag: 6, SectionGlobal: 7, SectionExport: 8,
+	SectionStart: 9, SectionElement: 10, SectionDataCount: 11, SectionCode: 12,
+	SectionData: 13,
 }
+
+// order gives the position a non-custom section must keep.
+func order(id byte) int { return sectionOrder[id] }
 
 // Encode joins the sections into a binary module.
 func (m *Module) Encode() []byte {

@@ -86,16 +86,17 @@ func TestRemoveCustom(t *testing.T) {
 func TestParseRejects(t *testing.T) {
 	good := tiny()
 	cases := map[string][]byte{
-		"empty":           nil,
-		"not wasm":        []byte("#!/bin/sh\necho hi\n"),
-		"version 2":       {0, 'a', 's', 'm', 2, 0, 0, 0},
-		"size past end":   append(append([]byte{}, header...), 1, 10, 0),
-		"bad size":        append(append([]byte{}, header...), 1, 0x80),
-		"unknown id":      append(append([]byte{}, header...), 13, 0),
-		"out of order":    append(append([]byte{}, header...), 3, 0, 1, 0),
-		"duplicate":       append(append([]byte{}, header...), 1, 0, 1, 0),
-		"bad custom name": append(append([]byte{}, header...), 0, 2, 5, 'a'),
-		"truncated":       good[:len(good)-2],
+		"empty":            nil,
+		"not wasm":         []byte("#!/bin/sh\necho hi\n"),
+		"version 2":        {0, 'a', 's', 'm', 2, 0, 0, 0},
+		"size past end":    append(append([]byte{}, header...), 1, 10, 0),
+		"bad size":         append(append([]byte{}, header...), 1, 0x80),
+		"unknown id":       append(append([]byte{}, header...), 14, 0),
+		"tag after global": append(append([]byte{}, header...), 6, 1, 0, 13, 1, 0),
+		"out of order":     append(append([]byte{}, header...), 3, 0, 1, 0),
+		"duplicate":        append(append([]byte{}, header...), 1, 0, 1, 0),
+		"bad custom name":  append(append([]byte{}, header...), 0, 2, 5, 'a'),
+		"truncated":        good[:len(good)-2],
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -108,6 +109,7 @@ func TestParseRejects(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(tiny())
 	f.Add(append(append([]byte{}, header...), 0, 1, 0))
+	f.Add(append(append([]byte{}, header...), 5, 3, 1, 0, 1, 13, 3, 1, 0, 0, 6, 1, 0)) // memory, tag, global
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Parse(b)
 		if err != nil {
@@ -118,4 +120,43 @@ func FuzzParse(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, len(m.Sections), len(again.Sections))
 	})
+}
+
+func TestTagSection(t *testing.T) {
+	// type, memory, tag, global: the tag section sits between memory and
+	// global.
+	m := &Module{Sections: []Section{
+		{ID: SectionType, Payload: []byte{1, 0x60, 1, 0x7F, 0}},
+		{ID: SectionMemory, Payload: []byte{1, 0, 1}},
+		{ID: SectionTag, Payload: []byte{2, 0, 0, 0, 0}},
+		{ID: SectionGlobal, Payload: []byte{0}},
+	}}
+	b := m.Encode()
+	again, err := Parse(b)
+	require.NoError(t, err)
+	require.Len(t, again.Sections, 4)
+	tags, err := Tags(again.Section(SectionTag).Payload)
+	require.NoError(t, err)
+	assert.Equal(t, []uint32{0, 0}, tags)
+
+	// Insert places sections around it in order.
+	m.Sections = append(m.Sections[:2:2], m.Sections[3])
+	m.Insert(Section{ID: SectionTag, Payload: []byte{0}})
+	m.Insert(Section{ID: SectionExport, Payload: []byte{0}})
+	var ids []byte
+	for _, s := range m.Sections {
+		ids = append(ids, s.ID)
+	}
+	assert.Equal(t, []byte{SectionType, SectionMemory, SectionTag, SectionGlobal, SectionExport}, ids)
+	_, err = Parse(m.Encode())
+	require.NoError(t, err)
+
+	for name, payload := range map[string][]byte{
+		"attribute 1":   {1, 1, 0},
+		"truncated":     {2, 0, 0},
+		"trailing byte": {1, 0, 0, 0},
+	} {
+		_, err := Tags(payload)
+		assert.ErrorIs(t, err, ErrMalformed, name)
+	}
 }

@@ -1,5 +1,7 @@
 package wasmbin
 
+import "fmt"
+
 // FuncMap maps a function index of an input module to the index the same
 // function has in the output, or fails for an index it cannot map. Passes
 // that add or redirect functions (the fuel and errno rewriters) give one to
@@ -140,7 +142,7 @@ const (
 type Import struct {
 	Module, Name string
 	Kind         byte
-	// Type is a function import's type index.
+	// Type is a function or tag import's type index.
 	Type uint32
 }
 
@@ -164,7 +166,7 @@ func Imports(payload []byte) ([]Import, error) {
 			r.Byte()
 		case ImportTag: // attribute, type index
 			r.Byte()
-			r.U32()
+			im.Type = r.U32()
 		default:
 			r.Fail("import %d: unknown kind 0x%02x", i, im.Kind)
 		}
@@ -172,4 +174,99 @@ func Imports(payload []byte) ([]Import, error) {
 	}
 	r.End("import")
 	return out, r.Err
+}
+
+// Tags decodes the payload of a tag section: the type index of each tag.
+// Every tag's attribute must be 0, an exception.
+func Tags(payload []byte) ([]uint32, error) {
+	r := Reader{B: payload}
+	n := r.Count(2)
+	tags := make([]uint32, 0, n)
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		if a := r.Byte(); a != 0 && r.Err == nil {
+			r.Fail("tag %d: unknown attribute %d", i, a)
+		}
+		tags = append(tags, r.U32())
+	}
+	r.End("tag")
+	return tags, r.Err
+}
+
+// StackPointer returns the index and initial value of a module's C stack
+// pointer by the convention of LLVM's wasm-ld (which every C, C++ and Rust
+// WASI toolchain uses): the first global the module defines, a mutable i32
+// initialised by an i32.const. ok is false for a module that does not
+// follow it.
+func StackPointer(m *Module) (index uint32, init int32, ok bool) {
+	var imported uint32
+	if s := m.Section(SectionImport); s != nil {
+		imps, err := Imports(s.Payload)
+		if err != nil {
+			return 0, 0, false
+		}
+		for _, im := range imps {
+			if im.Kind == ImportGlobal {
+				imported++
+			}
+		}
+	}
+	s := m.Section(SectionGlobal)
+	if s == nil {
+		return 0, 0, false
+	}
+	r := &Reader{B: s.Payload}
+	if r.Count(3) == 0 {
+		return 0, 0, false
+	}
+	typ := r.ValType()
+	mutable := r.Byte() == 1
+	if r.Err != nil || typ != 0x7F || !mutable || r.Byte() != 0x41 { // i32, mut, i32.const
+		return 0, 0, false
+	}
+	v, n, err := S32(r.Rest())
+	if err != nil {
+		return 0, 0, false
+	}
+	r.Pos += n
+	if r.Byte() != 0x0B || r.Err != nil {
+		return 0, 0, false
+	}
+	return imported, v, true
+}
+
+// CheckTags checks that every tag a module imports or defines names a type
+// the type section has. wazero v1.12 does not check it before it reads the
+// type (it panics when the index is out of range), so modules are checked
+// here before wazero sees them.
+func CheckTags(m *Module) error {
+	var types uint32
+	if s := m.Section(SectionType); s != nil {
+		r := Reader{B: s.Payload}
+		types = r.U32()
+	}
+	var tags []uint32
+	if s := m.Section(SectionImport); s != nil {
+		imports, err := Imports(s.Payload)
+		if err != nil {
+			return err
+		}
+		for _, im := range imports {
+			if im.Kind == ImportTag {
+				tags = append(tags, im.Type)
+			}
+		}
+	}
+	if s := m.Section(SectionTag); s != nil {
+		defined, err := Tags(s.Payload)
+		if err != nil {
+			return err
+		}
+		tags = append(tags, defined...)
+	}
+	for i, t := range tags {
+		if t >= types {
+			return fmt.Errorf("%w: tag %d has type %d, which is not defined", ErrMalformed, i, t)
+		}
+	}
+	return nil
 }
