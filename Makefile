@@ -55,7 +55,7 @@ guest-build-numpy: build guest-build-tools
 guest-build-pandas: build guest-build-tools
 	@[ -d /usr/lib/python3/dist-packages/hypothesis ] && [ -d /usr/lib/python3/dist-packages/pandas ] || \
 		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get update -qq && \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pytest python3-hypothesis python3-pandas; } || \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pytest python3-hypothesis python3-pandas; } || \
 		echo "note: install Debian's python3-pytest, python3-hypothesis and python3-pandas to run pandas' tests in the guest and its benchmark"
 	$(BIN) guest build --with pandas $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
 	$(BIN) guest info --with pandas

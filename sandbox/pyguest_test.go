@@ -32,11 +32,14 @@ func TestCompileNotBuilt(t *testing.T) {
 // ErrGuestNotBuilt naming its own build command.
 func TestCompileWithParts(t *testing.T) {
 	empty := t.TempDir()
-	_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"pandas"}})
+	_, err := sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"scipy"}})
 	require.ErrorIs(t, err, sandbox.ErrUnknownPart)
 	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"numpy"}})
 	require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
 	assert.Contains(t, err.Error(), cpython.BuildCommand+" --with numpy")
+	_, err = sandbox.CompilePython(context.Background(), &sandbox.Options{CacheDir: empty, With: []string{"pandas"}})
+	require.ErrorIs(t, err, sandbox.ErrGuestNotBuilt)
+	assert.Contains(t, err.Error(), cpython.BuildCommand+" --with numpy,pandas", "pandas implies numpy")
 }
 
 // TestPythonInfo checks that the compiled guest says which one it is, and

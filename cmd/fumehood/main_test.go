@@ -395,6 +395,9 @@ func TestGuestInfoBuilt(t *testing.T) {
 	assert.Contains(t, errs, "fumehood guest build --with numpy")
 	code, _, errs = fumehood(t, "", "guest", "info", "--with", "pandas", "--cache-dir", t.TempDir())
 	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "fumehood guest build --with numpy,pandas", "pandas implies numpy")
+	code, _, errs = fumehood(t, "", "guest", "info", "--with", "scipy", "--cache-dir", t.TempDir())
+	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, errs, "unknown optional part")
 
 	sandboxtest.Built(t)
