@@ -80,10 +80,7 @@ var numpySkipModules = map[string]bool{
 // numpySourceEdits are the changes made to numpy's tree before the build,
 // each a file, the text replaced, its replacement and how many times it
 // must occur.
-var numpySourceEdits = []struct {
-	file, old, new string
-	n              int
-}{
+var numpySourceEdits = []sourceEdit{
 	// npy_cpu.h knows wasm only by emscripten's macro.
 	{"numpy/_core/include/numpy/npy_cpu.h", "#elif defined(__EMSCRIPTEN__)\n", "#elif defined(__EMSCRIPTEN__) || defined(__wasm__)\n", 1},
 	// .npy files are written and read through the file object: numpy's
@@ -140,16 +137,12 @@ func legacyRenames() string {
 // numpyFlags are the numpy part's flags, as recorded in Info.Flags and in
 // the cache key.
 func numpyFlags() []string {
-	var edits []string
-	for _, e := range numpySourceEdits {
-		edits = append(edits, e.file+": "+strconv.Quote(e.old)+" -> "+strconv.Quote(e.new))
-	}
 	return []string{
 		"numpy: recipe " + strconv.Itoa(NumpyRecipe),
 		"numpy: meson " + strings.Join(numpyMesonOptions, " "),
 		"numpy: c_args " + strings.Join(numpyCArgs("$W"), " "),
 		"numpy: cpp_args " + strings.Join(numpyCppArgs("$W"), " "),
-		"numpy: edits " + strings.Join(edits, "; "),
+		"numpy: edits " + editFlags(numpySourceEdits),
 		"numpy: exceptions shim: a C++ throw aborts the run",
 	}
 }
@@ -187,18 +180,8 @@ func (b *builder) numpyExtract(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, e := range numpySourceEdits {
-		p := b.path(numpySrc, e.file)
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if got := strings.Count(string(data), e.old); got != e.n {
-			return fmt.Errorf("numpy source edit of %s: %q occurs %d times, want %d", e.file, e.old, got, e.n)
-		}
-		if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(data), e.old, e.new)), 0o644); err != nil {
-			return err
-		}
+	if err := applyEdits(b.path(numpySrc), "numpy", numpySourceEdits); err != nil {
+		return err
 	}
 	return os.MkdirAll(b.path("numpy-tools"), 0o755)
 }

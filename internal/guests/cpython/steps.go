@@ -47,6 +47,7 @@ func (b *builder) steps() []buildStep {
 	return []buildStep{
 		{"toolchain", b.unpackToolchain},
 		{"extract", b.extract},
+		{"edit cpython", b.patchSource},
 		{"native python", b.native},
 		{"zlib", b.zlib},
 		{"bzip2", b.bzip2},
@@ -219,6 +220,7 @@ func crossFlags(w string) []string {
 		"stdlib zip: .pyc stored, .py deflated",
 		"sqlite: "+strings.Join(sqliteDefines, " "),
 		"libraries: "+OptFlags,
+		"cpython edits: "+editFlags(cpythonEdits),
 		driverFlag(),
 	)
 }
