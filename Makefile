@@ -10,7 +10,7 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/fumehood
 
-# The Python guest: CPython 3.13.5, built from pinned sources (internal/guests/cpython)
+# The Python guest: CPython 3.13.5, built from pinned sources (guests/cpython)
 # into the cache (a no-op once built).
 # The build fetches its cross toolchain (bookworm's LLVM 19, pinned by SHA-256)
 # into the cache with apt's own client, so it needs no root. It needs a few
@@ -32,7 +32,7 @@ guest-build: build guest-build-tools
 
 guest: guest-build
 
-# The variant with numpy 2.2.5 built in (internal/guests/cpython/numpy.go). Its two
+# The variant with numpy 2.2.5 built in (guests/cpython/numpy.go). Its two
 # source tarballs cannot come through apt: NUMPY_SOURCES names a directory
 # holding them (see NumpyInputs); once verified they are kept in the cache.
 # Debian's python3-pytest (pure Python, mounted read-only into the guest) is
@@ -76,7 +76,7 @@ fuzz:
 		./internal/fuel:FuzzInstrument \
 		./internal/errnoshim:FuzzShim \
 		./internal/hostchan:FuzzDecodeFrame \
-		./internal/wasifs:FuzzResolve:-fuzzminimizetime=5s \
+		./wasi:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \
 		./internal/textcut:FuzzCut \
 		./internal/wasmbin:FuzzExportMutableGlobals \
@@ -88,8 +88,8 @@ fuzz:
 		./mcpserver:FuzzCheckLine \
 		./mcpserver:FuzzTruncate \
 		./codetool:FuzzParseInput \
-		./internal/guests/cpython:FuzzReadExport \
-		./internal/guests/cpython:FuzzDecodeOutcome
+		./guests/cpython:FuzzReadExport \
+		./internal/pydriver:FuzzDecodeOutcome
 
 # 10,000 one-shot runs and 1,000 session runs in one process, goroutines and live heap measured
 # before and after (a few minutes); `go test` runs 200.

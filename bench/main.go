@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
 )
 

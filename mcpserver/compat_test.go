@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"io"
+	"github.com/fumehood/fumehood/wasi"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -186,7 +186,7 @@ func TestLargePrintSentOnce(t *testing.T) {
 func TestSchemasAndInstructions(t *testing.T) {
 	py := sandboxtest.Python(t)
 	dir := t.TempDir()
-	host, err := sandbox.HostDir(dir)
+	host, err := wasi.HostDir(dir)
 	require.NoError(t, err)
 	mounts := []sandbox.Mount{{Path: "/data", FS: host, ReadOnly: true}}
 	policy := &netpolicy.Policy{Allow: []netpolicy.Rule{{Scheme: "https", Host: "api.example.com"}}}
@@ -250,13 +250,13 @@ func TestMounts(t *testing.T) {
 	py := sandboxtest.Python(t)
 	in, outDir := t.TempDir(), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(in, "data.csv"), []byte("a,b\n1,2\n"), 0o644))
-	ro, err := sandbox.HostDir(in)
+	ro, err := wasi.HostDir(in)
 	require.NoError(t, err)
-	rw, err := sandbox.HostDir(outDir)
+	rw, err := wasi.HostDir(outDir)
 	require.NoError(t, err)
 	srv, err := mcpserver.New(py, &mcpserver.Options{Mounts: []sandbox.Mount{
 		{Path: "/data", FS: ro, ReadOnly: true},
-		{Path: "/out", FS: rw, Quota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}},
+		{Path: "/out", FS: rw, Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}},
 	}})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -289,12 +289,12 @@ func TestMounts(t *testing.T) {
 // per call, before it cut it).
 func TestReadOfAHugeSparseFile(t *testing.T) {
 	py := sandboxtest.Python(t)
-	vol, err := sandbox.HostDir(t.TempDir())
+	vol, err := wasi.HostDir(t.TempDir())
 	require.NoError(t, err)
-	t.Cleanup(func() { vol.(io.Closer).Close() })
+	t.Cleanup(func() { vol.Close() })
 	const limit = 64 << 10
 	srv, err := mcpserver.New(py, &mcpserver.Options{Limits: sandbox.Limits{MaxOutput: limit},
-		Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 10}}}})
+		Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 10}}}})
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
-	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
@@ -250,7 +251,7 @@ func BenchmarkFileThroughput(b *testing.B) {
 	}
 	var sw, sr, nw, nr []float64
 	for b.Loop() {
-		s, err := g.NewSandbox(&Config{RootQuota: Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
+		s, err := g.NewSandbox(&Config{RootQuota: wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 100}})
 		require.NoError(b, err)
 		res, err := s.Run(ctx, "DIR = '/tmp'\n"+throughputScript, nil)
 		require.NoError(b, err, string(res.Stderr))

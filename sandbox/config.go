@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"io"
 	"log/slog"
 	"math"
@@ -128,7 +129,7 @@ type Config struct {
 	// RootQuota bounds the in-memory root; the zero value means 128 MiB
 	// and 10,000 files (the root lives in host memory, so it is bounded
 	// like the guest's own memory).
-	RootQuota Quota
+	RootQuota wasi.Quota
 	// Env is the guest's whole environment (for Python, os.environ).
 	// Keys must not be empty or contain '=' or NUL. A session's holds at
 	// most 4,096 variables and 512 KiB, what a snapshot holds.
@@ -189,7 +190,7 @@ func (c *Config) SessionHostMemory() (int64, error) {
 	var root int64
 	if !slices.ContainsFunc(c.Mounts, func(m Mount) bool { return m.Path == "/" }) {
 		q := c.RootQuota
-		if q == (Quota{}) {
+		if q == (wasi.Quota{}) {
 			q = defaultRootQuota
 		}
 		if q.MaxBytes <= 0 || q.MaxBytes > math.MaxInt64/4 {

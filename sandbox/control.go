@@ -5,11 +5,11 @@ import (
 
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/internal/wasifs"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // controlQuota bounds a sandbox's control directory (controlPath).
-var controlQuota = Quota{MaxBytes: 64 << 20, MaxFiles: 16}
+var controlQuota = wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}
 
 // clearControl empties the sandbox's control directory of whatever the
 // last run's code put there.
@@ -17,7 +17,7 @@ func (s *Sandbox) clearControl() { clearDir(s.ctlFS, ".") }
 
 // clearDir removes everything in directory dir of fsys, through fsys,
 // which gives the quota back.
-func clearDir(fsys *wasifs.FS, dir string) {
+func clearDir(fsys *wasi.FS, dir string) {
 	f, errno := fsys.OpenFile(dir, sys.O_RDONLY|sys.O_DIRECTORY, 0)
 	if errno != 0 {
 		return

@@ -3,44 +3,45 @@ package sandbox
 import (
 	"bytes"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
 
 // startupSource is fumehood's start-up code, run before the code of every
-// Python run (see startup.py): it is in every image.
+// Python run (guests/cpython/python/startup/startup.py): it is in every
+// image.
 var (
-	//go:embed startup.py
-	startupCore string
-	//go:embed startup_patches.py
-	startupPatches string
-	//go:embed startup_thread.py
-	startupThread string
-	//go:embed startup_pwd.py
-	startupPwd string
-	//go:embed startup_process.py
-	startupProcess string
-	//go:embed startup_multiprocessing.py
-	startupMultiprocessing string
-	//go:embed startup_mmap.py
-	startupMmap string
-	//go:embed startup_fix_threading.py
-	startupFixThreading string
-	//go:embed startup_fix_signal.py
-	startupFixSignal string
-	//go:embed startup_fix_multiprocessing.py
-	startupFixMultiprocessing string
+	startupCore               = startupFile("startup.py")
+	startupPatches            = startupFile("startup_patches.py")
+	startupThread             = startupFile("startup_thread.py")
+	startupPwd                = startupFile("startup_pwd.py")
+	startupProcess            = startupFile("startup_process.py")
+	startupMultiprocessing    = startupFile("startup_multiprocessing.py")
+	startupMmap               = startupFile("startup_mmap.py")
+	startupFixThreading       = startupFile("startup_fix_threading.py")
+	startupFixSignal          = startupFile("startup_fix_signal.py")
+	startupFixMultiprocessing = startupFile("startup_fix_multiprocessing.py")
 
 	startupSource = startupLazy() + startupCore
 )
+
+// startupFile is a file of the guest's start-up code (cpython.Code).
+func startupFile(name string) string {
+	b, err := fs.ReadFile(cpython.Code, "python/startup/"+name)
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return string(b)
+}
 
 // lazySources are the sources startup.py compiles only when they are
 // needed, by name.

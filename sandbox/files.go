@@ -15,7 +15,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sys"
 	sysapi "github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/internal/wasifs"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // Files is the filesystem of a sandbox or a session as the host sees it
@@ -100,8 +100,8 @@ const (
 // resolve turns a name in one of the forms allowed into a clean absolute
 // guest path, checks that it is in reach, and finds the mount holding it
 // and the path inside it.
-func (f *Files) resolve(op, name string, forms int) (*wasifs.FS, string, string, error) {
-	bad := func(err error) (*wasifs.FS, string, string, error) {
+func (f *Files) resolve(op, name string, forms int) (*wasi.FS, string, string, error) {
+	bad := func(err error) (*wasi.FS, string, string, error) {
 		return nil, "", "", &fs.PathError{Op: op, Path: name, Err: err}
 	}
 	var clean string
@@ -194,7 +194,7 @@ func (e errnoError) Unwrap() []error {
 }
 
 // hostErrnos maps the errnos a file operation of Files can fail with to the
-// host's. wasifs's own (ENOSPC, EMFILE, ENOMEM) are numbers wazero does not
+// host's. the wasi package's own (ENOSPC, EMFILE, ENOMEM) are numbers wazero does not
 // know, which would otherwise read as "Errno(4147)" and match nothing.
 var hostErrnos = map[sys.Errno]syscall.Errno{
 	sys.EACCES: syscall.EACCES, sys.EAGAIN: syscall.EAGAIN, sys.EBADF: syscall.EBADF,
@@ -203,8 +203,8 @@ var hostErrnos = map[sys.Errno]syscall.Errno{
 	sys.ELOOP: syscall.ELOOP, sys.ENAMETOOLONG: syscall.ENAMETOOLONG, sys.ENOENT: syscall.ENOENT,
 	sys.ENOSYS: syscall.ENOSYS, sys.ENOTDIR: syscall.ENOTDIR, sys.ERANGE: syscall.ERANGE,
 	sys.ENOTEMPTY: syscall.ENOTEMPTY, sys.ENOTSUP: syscall.ENOTSUP, sys.EPERM: syscall.EPERM,
-	sys.EROFS:     syscall.EROFS,
-	wasifs.ENOSPC: syscall.ENOSPC, wasifs.EMFILE: syscall.EMFILE, wasifs.ENOMEM: syscall.ENOMEM,
+	sys.EROFS:   syscall.EROFS,
+	wasi.ENOSPC: syscall.ENOSPC, wasi.EMFILE: syscall.EMFILE, wasi.ENOMEM: syscall.ENOMEM,
 }
 
 // hostErrno returns the host's errno of the same meaning as e.
@@ -428,7 +428,7 @@ func (f *Files) WriteFile(name string, data []byte) error {
 // Between runs nothing else writes the filesystem, so the check holds for
 // the write that follows (a volume shared with other sandboxes may still
 // fill meanwhile: then the write fails part way, as on a full disk).
-func fits(fsys *wasifs.FS, rel string, size int64) sys.Errno {
+func fits(fsys *wasi.FS, rel string, size int64) sys.Errno {
 	q := fsys.Quota()
 	if q.MaxBytes == 0 && q.MaxFiles == 0 {
 		return 0
@@ -444,7 +444,7 @@ func fits(fsys *wasifs.FS, rel string, size int64) sys.Errno {
 		return errno
 	}
 	if (q.MaxBytes > 0 && bytes > q.MaxBytes && size > 0) || (q.MaxFiles > 0 && files > q.MaxFiles && files > used.Files) {
-		return wasifs.ENOSPC
+		return wasi.ENOSPC
 	}
 	return 0
 }

@@ -3,7 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"fmt"
-	"io"
+	"github.com/fumehood/fumehood/wasi"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -65,10 +65,10 @@ func TestReadFileLimitHoldsOnlyTheLimit(t *testing.T) {
 	_, err = big.WriteAt([]byte("x"), 900<<20)
 	require.NoError(t, err)
 	require.NoError(t, big.Close())
-	host, err := HostDir(dir)
+	host, err := wasi.HostDir(dir)
 	require.NoError(t, err)
-	defer host.(io.Closer).Close()
-	sb, err := (&Guest{}).newSandbox(&Config{Mounts: []Mount{{Path: "/data", FS: host, Quota: Quota{MaxBytes: 1 << 30}}}}, false)
+	defer host.Close()
+	sb, err := (&Guest{}).newSandbox(&Config{Mounts: []Mount{{Path: "/data", FS: host, Quota: wasi.Quota{MaxBytes: 1 << 30}}}}, false)
 	require.NoError(t, err)
 	defer sb.Close()
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"io"
 	"io/fs"
 	"strings"
@@ -270,7 +271,7 @@ func errName(err error) string {
 // nothing: no file left behind, an existing file keeps its content, and
 // the same holds for the quota's file count.
 func TestFilesWritePastQuota(t *testing.T) {
-	s := newSandbox(t, &sandbox.Config{RootQuota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 20}})
+	s := newSandbox(t, &sandbox.Config{RootQuota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 20}})
 	files := s.Files()
 	big := make([]byte, 2<<20)
 

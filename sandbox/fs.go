@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"slices"
 	"sort"
@@ -18,13 +17,13 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 
-	"github.com/fumehood/fumehood/internal/wasifs"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // defaultRootQuota bounds the in-memory root filesystem of a sandbox that
 // sets no quota of its own. The root lives in host memory, so it is bounded
 // like the guest's own memory.
-var defaultRootQuota = Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
+var defaultRootQuota = wasi.Quota{MaxBytes: 128 << 20, MaxFiles: 10_000}
 
 // DefaultMaxOpen bounds the files a guest may hold open at once in each
 // mount (and in the in-memory root): past it, opening fails with EMFILE
@@ -50,8 +49,8 @@ type Mount struct {
 	// each run's outcome), /dev/fumehood (host calls and the network) and,
 	// with the built guest, /usr (its standard library).
 	Path string
-	// FS backs the mount: afero.NewMemMapFs for scratch space, HostDir for
-	// a directory of the host, Volume for persistent storage, or any other
+	// FS backs the mount: afero.NewMemMapFs for scratch space, wasi.HostDir
+	// for a directory of the host, wasi.Volume for persistent storage, or any other
 	// afero.Fs. Nothing outside it is reachable: ".." and symbolic links
 	// resolve inside it.
 	FS afero.Fs
@@ -60,64 +59,7 @@ type Mount struct {
 	// Quota bounds what the guest may store in the mount; a change past it
 	// fails with ENOSPC. The zero value sets no bound: give writable host
 	// mounts one.
-	Quota Quota
-}
-
-// Quota bounds what a guest may store in a writable filesystem. A change
-// past it fails with ENOSPC (Python's OSError). A zero field sets no bound.
-//
-// The quota of a host directory (HostDir, Volume) bounds what the directory
-// holds in all: every mount of it with a quota, in every sandbox and
-// session of the process, shares one count, made by a walk when the first
-// of them starts and kept up to date by all of their changes, so that
-// sandboxes sharing a volume cannot together store more than its quota and
-// a start costs no walk. Changes other programs make to the directory are
-// seen when a change is refused (at most every 10 seconds). Other file
-// systems are counted per mount, from what they hold when the sandbox
-// starts.
-type Quota struct {
-	// MaxBytes is the most bytes the regular files may hold in total
-	// (their sizes, holes included).
-	MaxBytes int64
-	// MaxFiles is the most files, directories and symbolic links, not
-	// counting the filesystem's root.
-	MaxFiles int64
-}
-
-// Volume returns a directory of the host for persistent storage, creating
-// it (and its parents) if it is missing: HostDir for a directory that may
-// not exist yet. Give its Mount a Quota (the command line gives 1 GiB and
-// 100,000 files).
-func Volume(dir string) (afero.Fs, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("sandbox: volume: %w", err)
-	}
-	return HostDir(dir)
-}
-
-// HostDir opens a directory of the host as an afero.Fs, for a Mount: a
-// file system that reaches the directory only through an os.Root. ".."
-// and symbolic links resolve inside it, never to the rest of the host, even
-// while other programs or sandboxes sharing the directory rename its
-// components or swap them for symbolic links. It fails (with an
-// *fs.PathError, so errors.Is(err, fs.ErrNotExist) works) when dir does not
-// exist or is not a directory.
-//
-// The directory stays open for as long as the returned Fs is reachable;
-// mount it in as many sandboxes as needed, and close it (it is an
-// io.Closer) when none uses it any more, or leave that to the garbage
-// collector. Mounted with a quota, the directory's count (see Quota) also
-// holds it open, until neither the Fs nor a sandbox mounting it is
-// reachable.
-//
-// Prefer it to afero.NewBasePathFs(afero.NewOsFs(), dir), which is confined
-// only while nothing but the sandbox changes the directory.
-func HostDir(dir string) (afero.Fs, error) {
-	r, err := wasifs.OpenRootFs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: host directory: %w", err)
-	}
-	return r, nil
+	Quota wasi.Quota
 }
 
 // Sandbox is one clean room: a filesystem (a fresh in-memory root and the
@@ -135,7 +77,7 @@ type Sandbox struct {
 	host   *hostchan.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at hostMountPath, with host
 	ctl    afero.Fs         // the control directory of a session or a one-shot Python sandbox; nil for none
-	ctlFS  *wasifs.FS       // ctl as the guest sees it
+	ctlFS  *wasi.FS         // ctl as the guest sees it
 	closed bool
 
 	cfg      Config            // Limits resolved in limits
@@ -149,7 +91,7 @@ type Sandbox struct {
 
 type mounted struct {
 	path string
-	fs   *wasifs.FS
+	fs   *wasi.FS
 }
 
 // NewSandbox creates a sandbox whose runs use g. Its Config is copied:
@@ -173,7 +115,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 	mounts := c.Mounts
 	if !hasRoot {
 		q := c.RootQuota
-		if q == (Quota{}) {
+		if q == (wasi.Quota{}) {
 			q = defaultRootQuota
 		}
 		root := afero.NewMemMapFs()
@@ -202,7 +144,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == hostMountPath }) {
 			dev--
 		}
-		fsys, err := wasifs.NewFS(g.stdlib, wasifs.Options{ReadOnly: true, ReportErrno: s.errno.report,
+		fsys, err := wasi.NewFS(g.stdlib, wasi.Options{ReadOnly: true, ReportErrno: s.errno.report,
 			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: dev})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: standard library: %w", err)
@@ -216,9 +158,9 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		// does not depend on how many file systems the process made before
 		// (CPython caches small ints: a device number past 256 costs fuel,
 		// which broke deterministic runs).
-		opts := wasifs.Options{ReadOnly: m.ReadOnly, Quota: wasifs.Quota(m.Quota), ReportErrno: s.errno.report,
+		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report,
 			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(i + 1)}
-		fsys, err := wasifs.NewFS(m.FS, opts)
+		fsys, err := wasi.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)
 		}

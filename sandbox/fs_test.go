@@ -3,7 +3,6 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 func newSandbox(t *testing.T, cfg *sandbox.Config) *sandbox.Sandbox {
@@ -27,12 +26,12 @@ func newSandbox(t *testing.T, cfg *sandbox.Config) *sandbox.Sandbox {
 	return s
 }
 
-// hostDir opens dir with sandbox.HostDir, closing it at the end of the test.
+// hostDir opens dir with wasi.HostDir, closing it at the end of the test.
 func hostDir(t testing.TB, dir string) afero.Fs {
 	t.Helper()
-	fsys, err := sandbox.HostDir(dir)
+	fsys, err := wasi.HostDir(dir)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = fsys.(io.Closer).Close() })
+	t.Cleanup(func() { _ = fsys.Close() })
 	return fsys
 }
 
@@ -135,7 +134,7 @@ print(len(rows))
 func TestVolumePersistsAcrossSandboxes(t *testing.T) {
 	dir := t.TempDir()
 	vol := func() *sandbox.Config {
-		return &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
+		return &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, dir), Quota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}}}}
 	}
 	s1 := newSandbox(t, vol())
 	runOK(t, s1, `
@@ -236,7 +235,7 @@ for root, dirs, files in os.walk("/"):
 }
 
 func TestQuotaIsOSError(t *testing.T) {
-	s := newSandbox(t, &sandbox.Config{RootQuota: sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
+	s := newSandbox(t, &sandbox.Config{RootQuota: wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 50}})
 	out := runOK(t, s, `
 import errno, os
 try:
@@ -284,9 +283,9 @@ func TestSandboxConfigErrors(t *testing.T) {
 
 func TestVolumeCreatesItsDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
-	vol, err := sandbox.Volume(dir)
+	vol, err := wasi.Volume(dir)
 	require.NoError(t, err)
-	s, err := sandboxtest.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}}}})
+	s, err := sandboxtest.Python(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: vol, Quota: wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}}}})
 	require.NoError(t, err)
 	defer s.Close()
 	res, err := s.Run(context.Background(), "open('/data/kept', 'w').write('yes')", nil)
@@ -295,7 +294,7 @@ func TestVolumeCreatesItsDirectory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "yes", string(data))
 
-	_, err = sandbox.Volume(filepath.Join(dir, "kept", "below-a-file"))
+	_, err = wasi.Volume(filepath.Join(dir, "kept", "below-a-file"))
 	assert.Error(t, err)
 }
 
@@ -409,7 +408,7 @@ for it in held:
 print(len(os.listdir('/tmp/d')))
 `, nil)
 	require.NoError(t, err, "stderr: %s", res.Stderr)
-	perListing := 9000 * (wasifs.ListingEntryBytes + len("f00000"))
+	perListing := 9000 * (wasi.ListingEntryBytes + len("f00000"))
 	fit := sandbox.DefaultMaxListingBytes / perListing
 	// (os.scandir reads the directory as it opens it, so the iterator whose
 	// listing fails is never held.)

@@ -28,11 +28,12 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
-	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/pipeline"
+	"github.com/fumehood/fumehood/internal/pydriver"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
@@ -154,7 +155,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	g.id = info.SHA256
 	g.pyInfo = info
 	g.stdlib = l.stdlib
-	if !cpython.HasDriver(g.compiled) {
+	if !pydriver.HasDriver(g.compiled) {
 		g.Close()
 		return nil, fmt.Errorf("%w: the built guest exports no driver entry points (rebuild it: %s)", ErrInvalidModule, cpython.BuildCommand)
 	}

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,7 +104,7 @@ attempt("home", lambda: os.listdir(os.path.expanduser("~")))
 			"etc FileNotFoundError ENOENT", "home OK []")}, // ~ is the sandbox's own /work
 
 		{name: "symlinks out of a volume", mounts: func(t *testing.T) []sandbox.Mount {
-			return []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir()), Quota: sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}}}
+			return []sandbox.Mount{{Path: "/data", FS: hostDir(t, t.TempDir()), Quota: wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}}}
 		}, code: attemptPy + fmt.Sprintf(`
 attempt("absolute", lambda: os.symlink(%[1]q, "/data/abs"))
 attempt("relative", lambda: os.symlink("../../../../../../../../" + %[1]q, "/data/rel"))

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
-	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/internal/pydriver"
 )
 
 // instance is one wazero instance of the Python guest, with the driver's
@@ -22,7 +22,7 @@ import (
 type instance struct {
 	mod api.Module
 	mem *memoryAllocator
-	drv *cpython.Driver // the driver's entry points
+	drv *pydriver.Driver // the driver's entry points
 
 	fuelGlobal, errnoGlobal api.MutableGlobal
 	stack                   stackPointer
@@ -101,7 +101,7 @@ func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *
 	in.mod = mod
 	in.fuelGlobal, _ = mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
 	in.errnoGlobal, _ = mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)
-	if in.drv, err = cpython.Attach(mod); err != nil {
+	if in.drv, err = pydriver.Attach(mod); err != nil {
 		mod.Close(ctx)
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sys"
 
 	"github.com/fumehood/fumehood/internal/snapshot"
-	"github.com/fumehood/fumehood/internal/wasifs"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // OpenFileError reports a descriptor the guest holds open that a snapshot,
@@ -117,11 +117,11 @@ func (s *Session) describe(e fdEntry) (snapshot.Descriptor, *OpenFileError) {
 		return fail(e.name, "not a file of the session's mounts (a special file)", nil)
 	}
 	d := snapshot.Descriptor{FD: e.fd, Mount: mount}
-	if wfs, ok := e.fs.(*wasifs.FS); ok {
+	if wfs, ok := e.fs.(*wasi.FS); ok {
 		h, err := wfs.Describe(e.file)
 		if err != nil {
 			p := ""
-			if errors.Is(err, wasifs.ErrUnlinked) {
+			if errors.Is(err, wasi.ErrUnlinked) {
 				p = s.guestPath(mount, h.Path)
 			}
 			return fail(p, "cannot be opened again", err)
@@ -168,7 +168,7 @@ func (s *Session) carriedFiles() ([]snapshot.Descriptor, error) {
 	} else {
 		fds = s.fds
 		for _, d := range fds {
-			wfs, ok := s.mountFS(d.Mount).(*wasifs.FS)
+			wfs, ok := s.mountFS(d.Mount).(*wasi.FS)
 			if !ok {
 				continue // the host-call mount's, which do not go away
 			}
@@ -226,7 +226,7 @@ func (s *Session) reopen(t *fdTable, d snapshot.Descriptor) (sys.Errno, error) {
 	if fsys == nil || d.FD < 3 || d.FD >= snapshot.MaxFD {
 		return sys.EBADF, nil
 	}
-	h := wasifs.Handle{Path: d.Path, Dir: d.Dir, Read: d.Read, Write: d.Write, Append: d.Append, Nonblock: d.Nonblock, Sync: d.Sync}
+	h := wasi.Handle{Path: d.Path, Dir: d.Dir, Read: d.Read, Write: d.Write, Append: d.Append, Nonblock: d.Nonblock, Sync: d.Sync}
 	errno, err := t.openAt(d.FD, fsys, d.Path, h.Flags())
 	if err != nil || errno != 0 {
 		return errno, err

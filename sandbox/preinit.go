@@ -10,13 +10,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/hostchan"
+	"github.com/fumehood/fumehood/internal/pydriver"
 	"github.com/fumehood/fumehood/internal/snapshot"
 )
 
 // The Python guest runs every Python run from a pre-initialized image
-// (its driver's entry points: internal/guests/cpython/preinit.go):
+// (its driver's entry points: guests/cpython/preinit.go):
 // fumehood_init starts the interpreter once per guest and mount layout,
 // deterministically, and its memory is the image (baseImage). A one-shot
 // run is a new instance given the image's pages and one fumehood_exec
@@ -26,7 +27,7 @@ import (
 
 // imageSource is what fumehood_init runs to make an image: the start-up
 // code every Python run gets, then the driver's Python side.
-var imageSource = startupSource + cpython.DriverPython
+var imageSource = startupSource + pydriver.DriverPython
 
 // sessionSource is the Python source a guest's base images start from,
 // which their cache name covers.
@@ -67,7 +68,7 @@ func (in *instance) initDriver(ctx context.Context, r *runState, budget int64, s
 // execDriver runs one request (fumehood_exec) and returns its outcome as
 // a Result, each text capped at limit bytes.
 func (in *instance) execDriver(ctx context.Context, r *runState, budget int64, sink *errnoSink, req []byte, limit int) (*Result, error) {
-	var out *cpython.Outcome
+	var out *pydriver.Outcome
 	err := in.enter(ctx, r, budget, sink, func(ctx context.Context) (err error) {
 		out, err = in.drv.Exec(ctx, req, limit)
 		return err

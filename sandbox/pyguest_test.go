@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/snapshot"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"

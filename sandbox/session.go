@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"io"
 	"slices"
 	"sync"
@@ -128,7 +129,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 	var root afero.Fs
 	if !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Path == "/" }) {
 		q := c.RootQuota
-		if q == (Quota{}) {
+		if q == (wasi.Quota{}) {
 			q = defaultRootQuota
 		}
 		root = afero.NewMemMapFs()
@@ -142,7 +143,7 @@ func (g *Guest) prepareSession(cfg *Config, fill func(afero.Fs) error) (*Session
 		mounts = append([]Mount{{Path: "/", FS: root, Quota: q}}, mounts...)
 	}
 	ctl := afero.NewMemMapFs()
-	mounts = append(mounts, Mount{Path: controlPath, FS: ctl, Quota: Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
+	mounts = append(mounts, Mount{Path: controlPath, FS: ctl, Quota: wasi.Quota{MaxBytes: 64 << 20, MaxFiles: 16}})
 	sb, err := g.newSandbox(&Config{Mounts: mounts, HostCalls: c.HostCalls, Network: c.Network, Logger: c.Logger, Limits: c.Limits, TotalFuel: c.TotalFuel}, true)
 	if err != nil {
 		return nil, err

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // openFilesSetup opens what agent code leaves open: a sqlite3 file
@@ -115,7 +115,7 @@ func TestSessionOpenFileDeletedRefused(t *testing.T) {
 	check := func(what string, err error) {
 		t.Helper()
 		require.ErrorIs(t, err, sandbox.ErrOpenFiles, what)
-		require.ErrorIs(t, err, wasifs.ErrUnlinked, what)
+		require.ErrorIs(t, err, wasi.ErrUnlinked, what)
 		var ofe *sandbox.OpenFileError
 		require.ErrorAs(t, err, &ofe, what)
 		assert.Equal(t, "/work/gone.txt", ofe.Path, what)
@@ -222,7 +222,7 @@ func TestSessionOpenFileRenamed(t *testing.T) {
 
 	run(t, s, "g = open('/work/c.txt', 'w')\nopen('/work/d.txt', 'w').close()\nos.rename('/work/d.txt', '/work/c.txt')")
 	err := s.Snapshot(&bytes.Buffer{})
-	require.ErrorIs(t, err, wasifs.ErrUnlinked)
+	require.ErrorIs(t, err, wasi.ErrUnlinked)
 	var ofe *sandbox.OpenFileError
 	require.ErrorAs(t, err, &ofe)
 	assert.Equal(t, "/work/c.txt", ofe.Path)

@@ -17,7 +17,7 @@ import (
 // Result.Stop StopStack: the guest's failure, not fumehood's. CPython
 // turns deep recursion into a RecursionError before its C stack runs out
 // (its stack is big enough for its C recursion limit: see
-// internal/guests/cpython.StackSize); C code that recurses without
+// guests/cpython.StackSize); C code that recurses without
 // counting (the hash of a tuple nested a million deep) runs the runtime's
 // call stack out, and a WASI program with a small stack its own, and
 // either reports this error instead of an out-of-bounds access.

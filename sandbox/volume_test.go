@@ -13,13 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/internal/testenv"
-	"github.com/fumehood/fumehood/internal/wasifs"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // volumeQuota is the command line's quota of a writable mount.
-var volumeQuota = sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
+var volumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
 
 // volumeConfigAt mounts vol at /data with volumeQuota.
 func volumeConfigAt(vol afero.Fs) *sandbox.Config {
@@ -51,12 +51,12 @@ func TestVolumeChurnDoesNotStopStarts(t *testing.T) {
 			for i := range each {
 				vol := shared
 				if i%2 == 1 {
-					own, err := sandbox.HostDir(dir)
+					own, err := wasi.HostDir(dir)
 					if err != nil {
 						failed.Add(1)
 						continue
 					}
-					defer own.(interface{ Close() error }).Close()
+					defer own.Close()
 					vol = own
 				}
 				s, err := py.NewSandbox(volumeConfigAt(vol))
@@ -90,7 +90,7 @@ func TestVolumeStartsDoNotWalk(t *testing.T) {
 	dir := t.TempDir()
 	testenv.FillVolume(t, dir, 20, 1000)
 	shared := hostDir(t, dir)
-	before := wasifs.Walks()
+	before := wasi.Walks()
 	first, err := py.NewSandbox(volumeConfigAt(shared))
 	require.NoError(t, err)
 	defer first.Close()
@@ -103,11 +103,11 @@ func TestVolumeStartsDoNotWalk(t *testing.T) {
 		require.NoError(t, err)
 		s.Close()
 	}
-	assert.Equal(t, int64(1), wasifs.Walks()-before, "41 starts, one walk")
+	assert.Equal(t, int64(1), wasi.Walks()-before, "41 starts, one walk")
 
 	// One quota for the volume: two sandboxes together cannot store more.
 	small := t.TempDir()
-	q := &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, small), Quota: sandbox.Quota{MaxBytes: 1 << 20}}}}
+	q := &sandbox.Config{Mounts: []sandbox.Mount{{Path: "/data", FS: hostDir(t, small), Quota: wasi.Quota{MaxBytes: 1 << 20}}}}
 	a, err := py.NewSandbox(q)
 	require.NoError(t, err)
 	defer a.Close()
@@ -147,7 +147,7 @@ func BenchmarkVolumeStart(b *testing.B) {
 	start(full)
 	const starts = 10
 	var emptyCPU, fullCPU time.Duration
-	walks := wasifs.Walks()
+	walks := wasi.Walks()
 	for b.Loop() {
 		t0 := sandbox.ProcessCPU(b)
 		for range starts {
@@ -164,5 +164,5 @@ func BenchmarkVolumeStart(b *testing.B) {
 	b.ReportMetric(float64(emptyCPU.Microseconds())/1e3/n, "empty-cpu-ms/start")
 	b.ReportMetric(float64(fullCPU.Microseconds())/1e3/n, "100k-cpu-ms/start")
 	b.ReportMetric(float64(fullCPU)/float64(emptyCPU), "100k/empty")
-	b.ReportMetric(float64(wasifs.Walks()-walks)/n/2, "walks/start")
+	b.ReportMetric(float64(wasi.Walks()-walks)/n/2, "walks/start")
 }

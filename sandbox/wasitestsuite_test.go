@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -112,7 +113,7 @@ func runSuiteCase(t *testing.T, g *Guest, c suiteCase, fsys string) suiteOutcome
 		case "hostdir":
 			dir := t.TempDir()
 			require.NoError(t, os.CopyFS(dir, os.DirFS(src)))
-			host, err := HostDir(dir)
+			host, err := wasi.HostDir(dir)
 			require.NoError(t, err)
 			cfg.Mounts = []Mount{{Path: "/", FS: host}}
 			sb, err = g.NewSandbox(cfg)

@@ -19,7 +19,7 @@
 // v8fs:FILE are wasm and v8 with -root mounted at / and -env set, for a
 // CPython build whose standard library is on disk; fuelfs:FILE is fuelwasm
 // with -root mounted at /py and /py put before every path in -env; built is
-// the guest `fumehood guest build` made (internal/guests/cpython) through
+// the guest `fumehood guest build` made (guests/cpython) through
 // sandbox.Compile, its standard library mounted read-only at /usr; numpy
 // is built's variant with numpy (`fumehood guest build --with numpy`);
 // builtwasm:FILE is built with FILE as the interpreter (another build of
@@ -34,6 +34,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"io"
 	"os"
 	"os/exec"
@@ -49,8 +50,8 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/bench/internal/cpuset"
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
-	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -318,7 +319,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 		if kind == "fuelfs" {
 			// The sandbox's root is its own; the build's tree goes at /py,
 			// so -env paths must start with /py.
-			pyFs, err := sandbox.HostDir(rootDir)
+			pyFs, err := wasi.HostDir(rootDir)
 			if err != nil {
 				return nil, nil, err
 			}

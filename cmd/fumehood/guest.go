@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
-	"github.com/fumehood/fumehood/internal/guests/cpython"
 )
 
 func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/internal/guests/cpython"
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
 )
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"io"
 	"math"
 	"os"
@@ -15,8 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
-	"github.com/fumehood/fumehood/internal/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -37,7 +38,7 @@ func (e envFlag) Set(s string) error {
 // volumeQuota is the quota the command line gives writable host
 // directories and volumes: generous, but a guest cannot fill the host's
 // disk.
-var volumeQuota = sandbox.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
+var volumeQuota = wasi.Quota{MaxBytes: 1 << 30, MaxFiles: 100_000}
 
 // mountFlags collects --mount and --volume flags.
 type mountFlags []sandbox.Mount
@@ -82,7 +83,7 @@ func (m *mountFlags) add(volume bool) func(string) error {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("%s is not a directory", host)
 		}
-		fsys, err := sandbox.HostDir(dir)
+		fsys, err := wasi.HostDir(dir)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/fumehood/fumehood/wasi"
 	"io"
 	"os"
 	"path/filepath"
@@ -42,7 +43,7 @@ print("big.bin holds", os.path.getsize("/data/big.bin"), "bytes")
 
 // quota bounds what the guest may keep in the volume, counting what is
 // there already. A write past it fails inside the guest and changes nothing.
-var quota = sandbox.Quota{MaxBytes: 1 << 20, MaxFiles: 100}
+var quota = wasi.Quota{MaxBytes: 1 << 20, MaxFiles: 100}
 
 func main() {
 	dir := ""
@@ -77,7 +78,7 @@ func run(ctx context.Context, w io.Writer, dir string) error {
 	// HostDir confines the guest to dir: ".." and symbolic links resolve
 	// inside it, even if something else changes dir meanwhile. Any afero.Fs
 	// will do (afero.NewMemMapFs, a cloud store).
-	host, err := sandbox.HostDir(dir)
+	host, err := wasi.HostDir(dir)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,18 @@
 package hostchan
 
 import (
-	"embed"
 	"io/fs"
 
 	"github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	sysapi "github.com/tetratelabs/wazero/sys"
 
-	"github.com/fumehood/fumehood/internal/wasifs"
+	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/wasi"
 )
 
-// The FS a guest mounts holds the channel file and the Python module:
+// The FS a guest mounts holds the channel file and the Python module
+// (guests/cpython/python/hostcall, in cpython.Code):
 //
 //	call                    the channel: write a request frame, read the response
 //	lib/fumehood/...        import fumehood (put lib on PYTHONPATH)
@@ -30,7 +31,7 @@ const (
 
 // MaxOpen bounds the handles a guest may hold open at once in a server's
 // FS, opens of the channel and of the module's files together: past it,
-// opening fails with EMFILE (wasifs.EMFILE, delivered to the guest through
+// opening fails with EMFILE (wasi.EMFILE, delivered to the guest through
 // the hook set by ReportErrno). Each handle costs the host a little memory;
 // the frames and responses of all channels share one budget (see Usage).
 const MaxOpen = 64
@@ -38,14 +39,11 @@ const MaxOpen = 64
 // HasNetwork reports whether the server has a network policy.
 func (s *Server) HasNetwork() bool { return s.transport != nil }
 
-//go:embed all:guest
-var guestFiles embed.FS
-
 // FS returns the read-only filesystem to mount in the guest (wazero's
 // experimental sys.FS). Each open of the channel file is a connection of
 // its own.
 func (s *Server) FS() sys.FS {
-	sub, err := fs.Sub(guestFiles, "guest")
+	sub, err := fs.Sub(cpython.Code, "python/hostcall")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
@@ -53,7 +51,7 @@ func (s *Server) FS() sys.FS {
 }
 
 // ReportErrno sets the hook that passes on the errnos wazero cannot express
-// (EMFILE past MaxOpen), as wasifs.Options.ReportErrno does for a wasifs.FS.
+// (EMFILE past MaxOpen), as wasi.Options.ReportErrno does for a wasi.FS.
 // Call it before FS is mounted.
 func (s *Server) ReportErrno(report func(errno uint16)) { s.report = report }
 
@@ -108,9 +106,9 @@ func (s *Server) openHandle() sys.Errno {
 	defer s.cmu.Unlock()
 	if s.handles >= MaxOpen {
 		if s.report != nil {
-			s.report(uint16(wasifs.EMFILE - 4096))
+			s.report(uint16(wasi.EMFILE - 4096))
 		}
-		return wasifs.EMFILE
+		return wasi.EMFILE
 	}
 	s.handles++
 	return 0

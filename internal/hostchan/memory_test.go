@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/experimental/sys"
 
-	"github.com/fumehood/fumehood/internal/wasifs"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // echoServer is a server bound to a run, with a function echoing its
@@ -145,7 +145,7 @@ func TestChannelOpensAreBounded(t *testing.T) {
 		}
 		f, errno := fsys.OpenFile(name, sys.O_RDONLY, 0)
 		if errno != 0 {
-			assert.Equal(t, wasifs.EMFILE, errno)
+			assert.Equal(t, wasi.EMFILE, errno)
 			continue
 		}
 		open = append(open, f)
