@@ -128,8 +128,8 @@ func run(ctx context.Context, bin, pyodideDir, mdPath, jsonPath string, quick bo
 	}
 	rep.Machine.LoadEnd = loadavg()
 	rep.Notes = append(rep.Notes,
-		"Native python3 is the machine's own CPython ("+rep.Machine.Python+"); the guest and Pyodide run CPython 3.12.",
-		"fumehood's CPU rows use the installed guest as shipped: fuel-metered, with an unlimited budget.")
+		"Native python3 is the machine's own CPython ("+rep.Machine.Python+"); fumehood's guest runs CPython 3.13.5, Pyodide CPython 3.12.",
+		"fumehood's CPU rows use the built guest as prepared: fuel-metered, with an unlimited budget.")
 
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -46,7 +47,7 @@ func TestSchemaAndDescription(t *testing.T) {
 	_, err := json.Marshal(s2)
 	require.NoError(t, err)
 	assert.Contains(t, codetool.Description, codetool.Instructions)
-	assert.Contains(t, codetool.Description, codetool.ResultShows)
+	assert.Contains(t, codetool.Description, runtool.ResultShows)
 	assert.Equal(t, "run_python", codetool.Name)
 }
 
@@ -55,15 +56,15 @@ func TestSchemaAndDescription(t *testing.T) {
 // gives: Instructions is that text for the built guest with none.
 func TestInstructionsFromTheGuest(t *testing.T) {
 	py := sandboxtest.Python(t)
-	info, err := codetool.Probe(context.Background(), py)
+	info, err := runtool.Probe(context.Background(), py)
 	require.NoError(t, err)
 	if len(py.Python().With) == 0 {
-		assert.Equal(t, codetool.BuiltGuest, info, "what Instructions describes is what the guest has")
+		assert.Equal(t, runtool.BuiltGuest, info, "what Instructions describes is what the guest has")
 	}
 	assert.Equal(t, py.Python().Version, info.Version)
-	assert.Equal(t, codetool.Instructions, codetool.InstructionsFor(codetool.BuiltGuest, nil, nil))
+	assert.Equal(t, codetool.Instructions, runtool.InstructionsFor(runtool.BuiltGuest, nil, nil))
 	tool := newTool(t, nil)
-	assert.True(t, strings.HasPrefix(tool.Instructions(), codetool.InstructionsFor(info, nil, nil)+" "), tool.Instructions())
+	assert.True(t, strings.HasPrefix(tool.Instructions(), runtool.InstructionsFor(info, nil, nil)+" "), tool.Instructions())
 	assert.True(t, strings.HasSuffix(tool.Description(), " "+tool.Instructions()), tool.Description())
 	// The model is told the limits it has, with the tool's values.
 	assert.Contains(t, tool.Description(), "Limits of each run: 30s of wall time (timeout_ms can only shorten it), "+
@@ -77,7 +78,7 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	assert.NotContains(t, tool.Description(), "no call for")
 
 	// Another guest, a network and mounts.
-	got := codetool.InstructionsFor(codetool.GuestInfo{Version: "3.13.5", Lacks: []string{"ctypes"}},
+	got := runtool.InstructionsFor(runtool.GuestInfo{Version: "3.13.5", Lacks: []string{"ctypes"}},
 		&netpolicy.Policy{Allow: []netpolicy.Rule{{Scheme: "https", Host: "api.example.com"}, {Host: "*.example.org"}}},
 		[]sandbox.Mount{{Path: "/data", ReadOnly: true}, {Path: "/out"}})
 	assert.Contains(t, got, "Python 3.13.5 (CPython")
@@ -88,7 +89,7 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	assert.Contains(t, got, "host directories are mounted at /data (read-only), /out (read-write).")
 	tool = newTool(t, &codetool.Options{Network: &netpolicy.Policy{Allow: []netpolicy.Rule{{Host: "example.com"}}}})
 	assert.Contains(t, tool.Description(), "only to http(s)://example.com;")
-	assert.Contains(t, codetool.InstructionsFor(codetool.GuestInfo{Version: "3.13.5"}, nil, nil),
+	assert.Contains(t, runtool.InstructionsFor(runtool.GuestInfo{Version: "3.13.5"}, nil, nil),
 		"(no numpy, pandas or matplotlib). No network")
 }
 
@@ -130,14 +131,14 @@ func TestLowerNeverRaises(t *testing.T) {
 	assert.Equal(t, int64(sandbox.DefaultTimeout/time.Second)*sandbox.DefaultFuelPerSecond, l.Fuel)
 	assert.Equal(t, sandbox.DefaultMaxOutput, l.MaxOutput)
 
-	req, err := codetool.CallLimits(1000, 5)
+	req, err := runtool.CallLimits(1000, 5)
 	require.NoError(t, err)
 	cfg, err := tool.Lower(req)
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, cfg.Timeout)
 	assert.Equal(t, int64(5), cfg.Fuel)
 
-	req, err = codetool.CallLimits(1<<40, 1<<62)
+	req, err = runtool.CallLimits(1<<40, 1<<62)
 	require.NoError(t, err)
 	cfg, err = tool.Lower(req)
 	require.NoError(t, err)
@@ -146,7 +147,7 @@ func TestLowerNeverRaises(t *testing.T) {
 	assert.Equal(t, int64(sandbox.DefaultTimeout/time.Second)*sandbox.DefaultFuelPerSecond, cfg.Fuel)
 
 	for _, c := range [][2]int64{{-1, 0}, {0, -1}, {1 << 62, 0}} {
-		_, err := codetool.CallLimits(c[0], c[1])
+		_, err := runtool.CallLimits(c[0], c[1])
 		assert.ErrorIs(t, err, codetool.ErrBadArguments, c)
 	}
 	_, err = sandbox.Limits{Fuel: -1}.Lower(sandbox.Limits{})
@@ -168,10 +169,6 @@ func TestResultText(t *testing.T) {
 	assert.True(t, r.Images()[0].IsRaster())
 	assert.Equal(t, "AQID", r.Images()[0].Base64())
 	assert.Equal(t, "(no output)\n", (&codetool.Result{}).Text())
-
-	got, cut := codetool.Clip("héllo\xff", 2)
-	assert.True(t, cut)
-	assert.Equal(t, "h", got)
 }
 
 // TestCallKeepsState: the calls of one conversation share a session;

@@ -18,35 +18,26 @@
 // IsError set that says what was wrong, never a panic or a raised limit.
 package codetool
 
-import "maps"
+import (
+	"maps"
+
+	"github.com/fumehood/fumehood/internal/runtool"
+)
 
 // Name is the tool's name, as the model sees it.
 const Name = "run_python"
 
-// Instructions say what the sandbox has and lacks, for a model:
-// InstructionsFor's text for the Python guest `fumehood guest build` makes
-// (CPython 3.13.5, without optional parts) with no network and no mounts. Tool.Instructions and the MCP server give the text for the
-// guest they run and the network and mounts they give it; Description
-// holds this one.
+// Instructions say what the sandbox has and lacks, for a model: the text
+// for the Python guest `fumehood guest build` makes (CPython 3.13.5,
+// without optional parts) with no network and no mounts. Tool.Instructions
+// and the MCP server give the text for the guest they run and the network
+// and mounts they give it; Description holds this one.
 const Instructions = "Python 3.13.5 (CPython compiled to WebAssembly) with the standard library only: " +
 	"no pip and no third-party packages (no numpy, pandas or matplotlib); ssl and ctypes are missing. " +
 	"No network: urllib, http.client and sockets raise PermissionError. " +
 	"No subprocesses. One thread: threading.Thread.start runs the target to its end before returning (a wait on another thread raises), and asyncio and concurrent.futures' executors run tasks one after another. " +
 	"The filesystem is in memory: keep data and results under /work, scratch files under /tmp. " +
 	"Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped."
-
-// ResultShows says what a run's result shows, for a model: Description
-// and the MCP server's run tools use it.
-const ResultShows = "The result shows stdout, stderr, the value of the code's last expression (when it ends in one) " +
-	"and an exception with its traceback; a text past the output limit is cut, and the result says so."
-
-// Rollback says what a run stopped by a limit leaves, for a model.
-const Rollback = "A run stopped by a limit leaves the state as it was before the run."
-
-// FilesShown says, for a model, that a result lists the files a run made
-// and attaches images: Description and the MCP server's run tools use it.
-const FilesShown = "It also lists the files the run created or changed under /work; images (PNG, JPEG, SVG) are attached, " +
-	"so draw a chart by writing one there (SVG text, or PNG with zlib)."
 
 // statefulIntro is the part of Description that is the code tool's own.
 const statefulIntro = "Run Python code and see what it did. State lasts between calls of this conversation, " +
@@ -55,11 +46,11 @@ const statefulIntro = "Run Python code and see what it did. State lasts between 
 // Description is the tool's description, for the model: what a call does,
 // what its result shows, and Instructions. Tool.Description gives it with
 // the instructions for the tool's guest, network and mounts.
-const Description = statefulIntro + ResultShows + " " + FilesShown + " " + Rollback + " " + Instructions
+const Description = statefulIntro + runtool.ResultShows + " " + runtool.FilesShown + " " + runtool.Rollback + " " + Instructions
 
 // describe returns Description with other instructions.
 func describe(instructions string) string {
-	return statefulIntro + ResultShows + " " + FilesShown + " " + Rollback + " " + instructions
+	return statefulIntro + runtool.ResultShows + " " + runtool.FilesShown + " " + runtool.Rollback + " " + instructions
 }
 
 // inputSchema is the JSON schema of the tool's input.

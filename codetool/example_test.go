@@ -3,10 +3,13 @@ package codetool_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"testing"
 	"time"
 
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // A model's tool calls, as any SDK hands them over: a conversation ID and
@@ -51,3 +54,7 @@ func Example() {
 	// is_error=true
 	// error: codetool: bad arguments: the arguments are not {"code": "<python>", "timeout_ms": <optional integer>}: unknown field "memory"
 }
+
+// TestMain skips the examples when the Python guest is not built (an
+// example cannot skip itself); see sandboxtest.Main.
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m)) }

@@ -2,12 +2,8 @@ package codetool
 
 import (
 	"encoding/base64"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
 
-	"github.com/fumehood/fumehood/internal/textcut"
+	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -94,139 +90,31 @@ func (r *Result) Images() []File {
 	return out
 }
 
-// FromRun turns a session run's outcome (sandbox.Session.Run's) into a
-// Result, each text cut to maxOutput bytes whatever the sandbox kept. A
-// Python exception, a limit and any other error set IsError; res may be
-// nil when the run failed before it began.
-func FromRun(res *sandbox.Result, err error, maxOutput int) *Result {
-	r := &Result{Run: res, Err: err, IsError: err != nil, maxOutput: maxOutput}
-	if res == nil {
-		if err == nil {
-			err = errors.New("no result")
-			r.Err, r.IsError = err, true
-		}
-		r.Error = r.clip("error", err.Error(), maxOutput)
-		return r
-	}
-	r.Stdout = r.clip("stdout", string(res.Stdout), maxOutput)
-	r.Stderr = r.clip("stderr", string(res.Stderr), maxOutput)
-	if res.StdoutTruncated {
-		r.cut("stdout")
-	}
-	if res.StderrTruncated {
-		r.cut("stderr")
-	}
-	if res.HasValue {
-		v := r.clip("value", res.Value, maxOutput)
-		r.Value = &v
-		if res.ValueTruncated {
-			r.cut("value")
-		}
-	}
-	if e := res.Exception; e != nil {
-		r.Exception = &sandbox.Exception{Type: r.clip("exception", e.Type, maxOutput),
-			Message: r.clip("exception", e.Message, maxOutput), Traceback: r.clip("exception", e.Traceback, maxOutput)}
-		if e.Truncated {
-			r.cut("exception")
-		}
-		r.Exception.Truncated = slices.Contains(r.Truncated, "exception")
-	}
-	if res.Stop.Limit() {
-		r.StoppedBy = res.Stop.String()
-	}
-	var exc *sandbox.Exception
-	if err != nil && !errors.As(err, &exc) {
-		r.Error = r.clip("error", err.Error(), maxOutput)
-	}
-	return r
-}
-
-// clip cuts text to n bytes of valid UTF-8, recording what it cut.
-func (r *Result) clip(what, text string, n int) string {
-	t, c := Clip(text, n)
-	if c {
-		r.cut(what)
-	}
-	return t
-}
-
-// cut records that the text named what was truncated.
-func (r *Result) cut(what string) {
-	for _, w := range r.Truncated {
-		if w == what {
-			return
-		}
-	}
-	r.Truncated = append(r.Truncated, what)
-}
-
-// Clip returns text as valid UTF-8 (a run of invalid bytes becomes
-// U+FFFD) of at most n bytes, cut at a character boundary, and whether it
-// cut anything.
-func Clip(text string, n int) (string, bool) { return textcut.Cut(text, n) }
-
 // Text renders the result for a model: labelled sections for stdout,
 // stderr, the value, the exception (with its traceback unless stderr
 // already holds it), the limit or error, the files produced, what was cut
 // at the output limit, and notes.
 // A result with none of them reads "(no output)".
 func (r *Result) Text() string {
-	var b strings.Builder
-	section := func(label, text string) {
-		if text == "" {
-			return
-		}
-		fmt.Fprintf(&b, "%s:\n%s", label, text)
-		if !strings.HasSuffix(text, "\n") {
-			b.WriteByte('\n')
-		}
+	files := make([]runtool.File, len(r.Files))
+	for i, f := range r.Files {
+		files[i] = runtool.File(f)
 	}
-	section("stdout", r.Stdout)
-	section("stderr", r.Stderr)
-	if r.Value != nil {
-		fmt.Fprintf(&b, "value: %s\n", *r.Value)
+	return (&runtool.Result{Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, Exception: r.Exception,
+		StoppedBy: r.StoppedBy, Error: r.Error, Truncated: r.Truncated, Files: files, Notes: r.Notes,
+		MaxOutput: r.maxOutput}).Text()
+}
+
+// export returns r, runtool's Result, as the package's.
+func export(r *runtool.Result) *Result {
+	files := make([]File, len(r.Files))
+	for i, f := range r.Files {
+		files[i] = File(f)
 	}
-	switch {
-	case r.Exception != nil:
-		fmt.Fprintf(&b, "exception: %s: %s\n", r.Exception.Type, r.Exception.Message)
-		if tb := strings.TrimSpace(r.Exception.Traceback); tb != "" && !strings.Contains(r.Stderr, tb) {
-			section("traceback", r.Exception.Traceback)
-		}
-	case r.StoppedBy != "":
-		fmt.Fprintf(&b, "stopped: %s limit (%s)\n", r.StoppedBy, r.Error)
-	case r.Error != "":
-		fmt.Fprintf(&b, "error: %s\n", r.Error)
+	if r.Files == nil {
+		files = nil
 	}
-	if len(r.Files) > 0 {
-		b.WriteString("files:\n")
-		for _, f := range r.Files {
-			fmt.Fprintf(&b, "  %s (%d bytes", f.Path, f.Size)
-			switch {
-			case f.Data != nil:
-				fmt.Fprintf(&b, ", %s, attached", f.MediaType)
-			case f.MediaType != "":
-				fmt.Fprintf(&b, ", %s, too large to attach", f.MediaType)
-			}
-			b.WriteString(")\n")
-		}
-	}
-	texts := slices.DeleteFunc(slices.Clone(r.Truncated), func(w string) bool { return w == "files" })
-	if len(texts) > 0 {
-		limit := ""
-		if r.maxOutput > 0 {
-			limit = fmt.Sprintf(" of %d bytes", r.maxOutput)
-		}
-		fmt.Fprintf(&b, "(cut: %s went past the output limit%s, and part of it was dropped; "+
-			"print less, or write it to a file under /work and read parts of it)\n", strings.Join(texts, ", "), limit)
-	}
-	if len(texts) < len(r.Truncated) {
-		fmt.Fprintf(&b, "(only the first %d files are listed)\n", maxFiles)
-	}
-	for _, n := range r.Notes {
-		fmt.Fprintf(&b, "note: %s\n", n)
-	}
-	if b.Len() == 0 {
-		b.WriteString("(no output)\n")
-	}
-	return b.String()
+	return &Result{Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, Exception: r.Exception,
+		StoppedBy: r.StoppedBy, Error: r.Error, Truncated: r.Truncated, Files: files, Notes: r.Notes,
+		IsError: r.IsError, Err: r.Err, Run: r.Run, maxOutput: r.MaxOutput}
 }

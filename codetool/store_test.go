@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	"github.com/fumehood/fumehood/codetool"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 	"github.com/fumehood/fumehood/sessionstore"
 	_ "github.com/fumehood/fumehood/sessionstore/natsstore" // nats:// URLs
 	"github.com/fumehood/fumehood/sessionstore/natsstore/natstest"
@@ -33,35 +36,67 @@ const increment = "x = globals().get('x', 0) + 1; x"
 // replicaEnv names the store URL of a replica process; replicaLease its
 // lease ttl.
 const (
-	replicaEnv   = "FUMEHOOD_TEST_REPLICA_STORE"
-	replicaLease = "FUMEHOOD_TEST_REPLICA_LEASE"
+	replicaEnv      = "FUMEHOOD_TEST_REPLICA_STORE"
+	replicaLease    = "FUMEHOOD_TEST_REPLICA_LEASE"
+	replicaReadOnly = "FUMEHOOD_TEST_REPLICA_READONLY"
+	// replicaMaxSessions is the replica tool's MaxSessions.
+	replicaMaxSessions = "FUMEHOOD_TEST_REPLICA_MAX_SESSIONS"
 )
 
 // TestStoreReplicaProcess is a replica when run as a child of the tests
 // below: it serves the calls written on its standard input, one JSON
-// object a line, on a tool sharing their store, and writes each result.
+// object a line, on a tool sharing their store ("memory": a tool without
+// one), each as it comes (so a caller that sends before reading gets
+// results in any order, each with its call's ID), and writes each result.
 func TestStoreReplicaProcess(t *testing.T) {
 	url := os.Getenv(replicaEnv)
 	if url == "" {
 		t.Skip("a replica process for the store tests")
 	}
 	ttl, _ := time.ParseDuration(os.Getenv(replicaLease))
-	tool := storeTool(t, url, ttl)
+	if os.Getenv(replicaReadOnly) != "" {
+		if err := seeReadOnly(url); err != nil {
+			json.NewEncoder(os.Stdout).Encode(replicaResult{IsError: true, Error: err.Error()})
+			return
+		}
+	}
+	maxSessions, _ := strconv.Atoi(os.Getenv(replicaMaxSessions))
+	o := &codetool.Options{MaxSessions: maxSessions, LeaseTTL: ttl,
+		Limits: sandbox.Limits{Timeout: time.Minute, Fuel: sandbox.UnlimitedFuel}}
+	if url != "memory" {
+		st, err := sessionstore.Open(context.Background(), url, &sessionstore.Options{Key: storeKey})
+		require.NoError(t, err)
+		t.Cleanup(func() { st.Close() })
+		o.Store = st
+	}
+	tool := newTool(t, o)
 	in := bufio.NewScanner(os.Stdin)
 	out := json.NewEncoder(os.Stdout)
+	var mu sync.Mutex
+	if os.Getenv(replicaReadOnly) != "" {
+		require.NoError(t, out.Encode(replicaResult{Error: "ready"}))
+	}
+	var wg sync.WaitGroup
 	for in.Scan() {
 		var c replicaCall
 		require.NoError(t, json.Unmarshal(in.Bytes(), &c))
-		r := tool.Call(context.Background(), c.Conversation, args(c.Code))
-		require.NoError(t, out.Encode(replicaResult{Value: r.Value, Error: r.Error, IsError: r.IsError}))
+		wg.Go(func() {
+			r := tool.Call(context.Background(), c.Conversation, args(c.Code))
+			mu.Lock()
+			defer mu.Unlock()
+			assert.NoError(t, out.Encode(replicaResult{ID: c.ID, Value: r.Value, Error: r.Error, IsError: r.IsError}))
+		})
 	}
+	wg.Wait()
 }
 
 type replicaCall struct {
+	ID                 int
 	Conversation, Code string
 }
 
 type replicaResult struct {
+	ID      int
 	Value   *string
 	Error   string
 	IsError bool
@@ -82,12 +117,27 @@ type replica struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	out *json.Decoder
+
+	mu      sync.Mutex // for call: writing to in, and waiting
+	next    int
+	waiting map[int]chan replicaResult
 }
 
-func startReplica(t *testing.T, url string, leaseTTL time.Duration) *replica {
+func startReplica(t testing.TB, url string, leaseTTL time.Duration) *replica {
 	t.Helper()
+	return startReplicaCmd(t, replicaCmd(url, leaseTTL))
+}
+
+// replicaCmd is the command of a replica process.
+func replicaCmd(url string, leaseTTL time.Duration) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStoreReplicaProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), replicaEnv+"="+url, replicaLease+"="+leaseTTL.String())
+	return cmd
+}
+
+func startReplicaCmd(t testing.TB, cmd *exec.Cmd) *replica {
+	t.Helper()
+	sandboxtest.Built(t)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -103,18 +153,64 @@ func startReplica(t *testing.T, url string, leaseTTL time.Duration) *replica {
 }
 
 // send asks the replica for a call; result reads its outcome.
-func (r *replica) send(t *testing.T, conversation, code string) {
+func (r *replica) send(t testing.TB, conversation, code string) {
 	t.Helper()
-	b, _ := json.Marshal(replicaCall{conversation, code})
+	b, _ := json.Marshal(replicaCall{Conversation: conversation, Code: code})
 	_, err := r.in.Write(append(b, '\n'))
 	require.NoError(t, err)
 }
 
-func (r *replica) result(t *testing.T) replicaResult {
+func (r *replica) result(t testing.TB) replicaResult {
 	t.Helper()
 	var res replicaResult
 	require.NoError(t, r.out.Decode(&res))
 	return res
+}
+
+// call makes a call and waits for its result; callers may call at once.
+// A replica used through call is not read with result.
+func (r *replica) call(conversation, code string) (replicaResult, error) {
+	r.mu.Lock()
+	if r.waiting == nil {
+		r.waiting = map[int]chan replicaResult{}
+		go r.dispatch()
+	}
+	r.next++
+	id, ch := r.next, make(chan replicaResult, 1)
+	r.waiting[id] = ch
+	b, _ := json.Marshal(replicaCall{ID: id, Conversation: conversation, Code: code})
+	_, err := r.in.Write(append(b, '\n'))
+	r.mu.Unlock()
+	if err != nil {
+		return replicaResult{}, err
+	}
+	res, ok := <-ch
+	if !ok {
+		return replicaResult{}, errors.New("the replica process ended")
+	}
+	return res, nil
+}
+
+// dispatch hands the replica's results to their calls.
+func (r *replica) dispatch() {
+	for {
+		var res replicaResult
+		err := r.out.Decode(&res)
+		r.mu.Lock()
+		if err != nil {
+			for id, ch := range r.waiting {
+				close(ch)
+				delete(r.waiting, id)
+			}
+			r.mu.Unlock()
+			return
+		}
+		if ch := r.waiting[res.ID]; ch != nil {
+			ch <- res
+			delete(r.waiting, res.ID)
+		}
+		r.mu.Unlock()
+	}
 }
 
 // stores are the store URLs the replica tests run on: a directory and a
@@ -149,41 +245,44 @@ func TestStoreReplicasAlternate(t *testing.T) {
 	}
 }
 
-// TestStoreReplicasRace: two replicas call one conversation at the same
-// time: every acknowledged call is counted exactly once.
+// TestStoreReplicasRace: two replicas, this process and another, call
+// one conversation at the same time, three callers each: every
+// acknowledged call is counted exactly once, and none that failed is.
 func TestStoreReplicasRace(t *testing.T) {
 	for name, url := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			here := storeTool(t, url, 0)
 			there := startReplica(t, url, 0)
-			const each = 25
-			var mu sync.Mutex
-			acked := 0
+			const callers, each = 3, 10
+			var acked, failed atomic.Int64
+			count := func(isError bool) {
+				if isError {
+					failed.Add(1)
+				} else {
+					acked.Add(1)
+				}
+			}
 			var wg sync.WaitGroup
-			wg.Go(func() {
-				for range each {
-					there.send(t, "race", increment)
-					if r := there.result(t); !r.IsError {
-						mu.Lock()
-						acked++
-						mu.Unlock()
+			for range callers {
+				wg.Go(func() {
+					for range each {
+						r, err := there.call("race", increment)
+						assert.NoError(t, err)
+						count(r.IsError)
 					}
-				}
-			})
-			wg.Go(func() {
-				for range each {
-					if r := here.Call(context.Background(), "race", args(increment)); !r.IsError {
-						mu.Lock()
-						acked++
-						mu.Unlock()
+				})
+				wg.Go(func() {
+					for range each {
+						count(here.Call(context.Background(), "race", args(increment)).IsError)
 					}
-				}
-			})
+				})
+			}
 			wg.Wait()
 			r := here.Call(context.Background(), "race", args("x"))
 			require.False(t, r.IsError, r.Text())
-			assert.Equal(t, strconv.Itoa(acked), *r.Value, "every acknowledged call once")
-			t.Logf("%d of %d calls acknowledged", acked, 2*each)
+			assert.Equal(t, strconv.Itoa(int(acked.Load())), *r.Value, "every acknowledged call once")
+			assert.Equal(t, int64(2*callers*each), acked.Load()+failed.Load())
+			t.Logf("%d of %d calls acknowledged", acked.Load(), 2*callers*each)
 		})
 	}
 }
@@ -253,4 +352,22 @@ func TestStoreOnOutput(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, "out stdout hi\n", got.String())
+}
+
+// TestStoreFull: a call whose snapshot does not fit in the store (a NATS
+// snapshots' bucket at its max bytes) fails with ErrFull and commits
+// nothing: the next call continues from the state before it.
+func TestStoreFull(t *testing.T) {
+	url := natstest.Run(t).URL() + "?maxbytes=" + strconv.Itoa(1<<20)
+	tool := storeTool(t, url, 0)
+	r := tool.Call(context.Background(), "full", args("x = 1; x"))
+	require.False(t, r.IsError, r.Text())
+	r = tool.Call(context.Background(), "full", args("import os; big = os.urandom(2 << 20); x = 2; x"))
+	require.True(t, r.IsError)
+	assert.ErrorIs(t, r.Err, sessionstore.ErrFull)
+	assert.Contains(t, r.Text(), "the store is full")
+	t.Logf("%s", r.Text())
+	r = tool.Call(context.Background(), "full", args("x, 'big' in globals()"))
+	require.False(t, r.IsError, r.Text())
+	assert.Equal(t, "(1, False)", *r.Value)
 }

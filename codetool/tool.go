@@ -2,18 +2,19 @@ package codetool
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"path"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/runtool"
+	"github.com/fumehood/fumehood/internal/sessionpool"
+	"github.com/fumehood/fumehood/internal/textcut"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sessionstore"
@@ -24,7 +25,7 @@ var (
 	// ErrBadArguments: the model's arguments were not valid JSON, had an
 	// unknown field or the wrong type, lacked the code, held too much of
 	// it, or asked for a negative limit.
-	ErrBadArguments = errors.New("codetool: bad arguments")
+	ErrBadArguments = runtool.ErrBadArguments
 	// ErrTooManySessions: Options.MaxSessions conversations have a call
 	// in progress, so none could be closed to make room for another.
 	ErrTooManySessions = errors.New("codetool: too many live sessions")
@@ -44,14 +45,6 @@ const (
 	DefaultOutputDir = "/work"
 	// DefaultMaxImageBytes is Options.MaxImageBytes's default: 1 MiB.
 	DefaultMaxImageBytes = 1 << 20
-	// maxFiles bounds the files a Result lists, maxImages those it carries
-	// the content of, and maxWalk the entries looked at to find them.
-	maxFiles  = 64
-	maxImages = 8
-	maxWalk   = 20_000
-	// maxExpired bounds the conversations remembered as closed for being
-	// idle or to make room, to tell the model when its state is gone.
-	maxExpired = 4096
 )
 
 // Options configure a Tool. The zero value gives the sandbox package's
@@ -122,42 +115,23 @@ type Tool struct {
 	opts   Options
 	limits sandbox.Limits // Options.Limits with the defaults applied
 
-	instructions string // InstructionsFor the guest and network
+	instructions string // runtool.InstructionsFor the guest and network
 
-	stored *sessionstore.Sessions // with Options.Store; nil without
-	// With a Store, Close cancels storedCtx and waits for storedCalls.
-	storedCtx   context.Context
-	stopStored  context.CancelCauseFunc
-	storedCalls sync.WaitGroup
+	live   *sessionpool.Pool[struct{}] // without Options.Store
+	stored *sessionstore.Sessions      // with Options.Store; nil without
 
+	// Close cancels closing, which stops the calls in progress, and waits
+	// for them.
+	closing context.Context
+	stop    context.CancelCauseFunc
+	calls   sync.WaitGroup
 	mu      sync.Mutex
 	closed  bool
-	convs   map[string]*conv
-	expired map[string]gone // conversations whose session was closed, and why
-	clock   uint64          // counts calls, to find the least recently used
-}
-
-// gone is why a conversation's session was closed.
-type gone int
-
-const (
-	goneIdle    gone = iota + 1 // after IdleTimeout without calls
-	goneEvicted                 // to make room for another conversation
-)
-
-// conv is a conversation's session.
-type conv struct {
-	turn   chan struct{} // holding the turn is a send
-	s      *sandbox.Session
-	timer  *time.Timer
-	cancel func() // stops the call in progress; under Tool.mu
-	ended  bool   // closed; the holder of the turn sets it
-	used   uint64 // Tool.clock when its last call ended; under Tool.mu
 }
 
 // New returns a tool that runs code on py, the Python guest
-// (sandbox.CompilePython). It probes the guest (Probe) once per
-// process for its Instructions.
+// (sandbox.CompilePython). It probes the guest once per process (a few
+// milliseconds) for its Instructions.
 func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if py == nil || !py.IsPython() {
 		return nil, sandbox.ErrNotPython
@@ -191,7 +165,7 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if o.MaxImageBytes == 0 {
 		o.MaxImageBytes = DefaultMaxImageBytes
 	}
-	info, err := Probe(context.Background(), py)
+	info, err := runtool.Probe(context.Background(), py)
 	if err != nil {
 		return nil, err
 	}
@@ -199,19 +173,20 @@ func New(py *sandbox.Guest, opts *Options) (*Tool, error) {
 	if o.Store != nil {
 		idle = 0 // the store's TTL applies, which the tool does not know
 	}
-	t := &Tool{py: py, opts: o, limits: l, instructions: InstructionsFor(info, o.Network, nil) + " " + limitsText(l, idle),
-		convs: map[string]*conv{}, expired: map[string]gone{}}
+	t := &Tool{py: py, opts: o, limits: l, instructions: runtool.InstructionsFor(info, o.Network, nil) + " " + limitsText(l, idle)}
+	t.closing, t.stop = context.WithCancelCause(context.Background())
 	if o.Store != nil {
 		t.stored = sessionstore.NewSessions(o.Store, py, &sessionstore.SessionsOptions{
 			Config:   &sandbox.Config{Network: o.Network, Limits: o.Limits},
 			LeaseTTL: o.LeaseTTL, MaxLive: o.MaxSessions})
-		t.storedCtx, t.stopStored = context.WithCancelCause(context.Background())
+	} else {
+		t.live = sessionpool.New[struct{}](sessionpool.Options{Max: o.MaxSessions, Evict: true, IdleTimeout: o.IdleTimeout})
 	}
 	return t, nil
 }
 
 // Instructions says what this tool's sandbox has and lacks, for a model:
-// InstructionsFor the tool's guest and network, then the limits of each run
+// what the tool's guest offers and its network allows, then the limits of each run
 // (wall time, CPU, memory, output) and of an idle conversation, so that a
 // model can plan its work within them. Give it as the system
 // prompt's part on the tool, or use Description, which holds it.
@@ -263,7 +238,7 @@ func trimJSONError(err error) string {
 	if errors.As(err, &te) {
 		return fmt.Sprintf("%q must be %s, not a JSON %s", te.Field, map[string]string{"code": "a string", "timeout_ms": "a positive integer"}[te.Field], te.Value)
 	}
-	msg, _ := Clip(strings.TrimPrefix(err.Error(), "json: "), 200)
+	msg, _ := textcut.Cut(strings.TrimPrefix(err.Error(), "json: "), 200)
 	return msg
 }
 
@@ -274,71 +249,95 @@ func trimJSONError(err error) string {
 // Result (IsError, Error, Err). ctx bounds the whole call, waiting for
 // the conversation's previous call included.
 func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) *Result {
+	return export(t.call(ctx, conversation, arguments))
+}
+
+// call is Call, with runtool's Result.
+func (t *Tool) call(ctx context.Context, conversation string, arguments []byte) *runtool.Result {
 	in, err := ParseInput(arguments, t.opts.MaxCode)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
-	req, err := CallLimits(in.TimeoutMS, 0)
+	req, err := runtool.CallLimits(in.TimeoutMS, 0)
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
+	// Close stops the call by its context, and waits for it.
+	t.mu.Lock()
+	closed := t.closed
+	if !closed {
+		t.calls.Add(1)
+	}
+	t.mu.Unlock()
+	if closed {
+		return errResult(ErrClosed, t.limits.MaxOutput)
+	}
+	defer t.calls.Done()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(t.closing, func() { cancel(ErrClosed) })()
 	// The session lowers its limits by the request (never raises them);
 	// a request above them gets the model a note.
-	raised := t.limits.Timeout >= 0 && req.Timeout > t.limits.Timeout
+	var raised string
+	if t.limits.Timeout >= 0 && req.Timeout > t.limits.Timeout {
+		raised = fmt.Sprintf("timeout_ms %d is above this tool's limit; the run had %v", in.TimeoutMS, t.limits.Timeout)
+	}
 	if t.stored != nil {
 		r := t.callStored(ctx, conversation, in, req)
-		if raised {
-			r.Notes = append(r.Notes, fmt.Sprintf("timeout_ms %d is above this tool's limit; the run had %v", in.TimeoutMS, t.limits.Timeout))
+		if raised != "" {
+			r.Notes = append(r.Notes, raised)
 		}
 		return r
 	}
-	c, why, err := t.acquire(ctx, conversation)
+	return t.callLive(ctx, conversation, in, req, raised)
+}
+
+// callLive runs a call on the conversation's session this tool holds,
+// opening one if it has none; raised, if not empty, is the note on a
+// timeout above the tool's.
+func (t *Tool) callLive(ctx context.Context, conversation string, in Input, req sandbox.Limits, raised string) *runtool.Result {
+	c, err := t.live.Acquire(ctx, conversation, struct{}{}, func(ctx context.Context) (*sandbox.Session, error) {
+		return t.open(ctx, conversation)
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, sessionpool.ErrClosed), errors.Is(context.Cause(ctx), ErrClosed):
+		err = ErrClosed
+	case errors.Is(err, sessionpool.ErrFull):
+		err = fmt.Errorf("%w: the %d conversations this tool keeps a session for all have a call in progress", ErrTooManySessions, t.opts.MaxSessions)
+	case errors.Is(err, sessionpool.ErrWaiting):
+		err = fmt.Errorf("waiting for the conversation's previous call: %w", context.Cause(ctx))
+	}
 	if err != nil {
 		return errResult(err, t.limits.MaxOutput)
 	}
-	defer t.releaseTurn(c)
-	// Close stops the call by its context, then waits for the turn: the
-	// session and its files are only ever used by the turn's holder.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return errResult(ErrClosed, t.limits.MaxOutput)
-	}
-	c.cancel = func() { cancel(ErrClosed) }
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		c.cancel = nil
-		t.mu.Unlock()
-	}()
-
-	w := WatchFiles(c.s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
-	res, err := c.s.Run(ctx, in.Code, t.runOptions(conversation, req))
-	if errors.Is(err, sandbox.ErrClosed) {
-		// A run stopped while files were open could not be rolled back.
-		t.endLocked(conversation, c)
-	}
-	r := FromRun(res, err, t.limits.MaxOutput)
-	switch why {
-	case goneIdle:
+	w := runtool.WatchFiles(c.Session.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
+	res, err := c.Session.Run(ctx, in.Code, t.runOptions(conversation, req))
+	r := runtool.FromRun(res, err, t.limits.MaxOutput)
+	switch c.Gone {
+	case sessionpool.GoneIdle:
 		r.Notes = append(r.Notes, fmt.Sprintf("this conversation's previous session was closed after %v without calls: "+
 			"this call ran in a fresh interpreter, without the variables and files of earlier calls", t.opts.IdleTimeout))
-	case goneEvicted:
+	case sessionpool.GoneEvicted:
 		r.Notes = append(r.Notes, fmt.Sprintf("this conversation's previous session was closed to make room for another conversation "+
 			"(this tool keeps at most %d sessions, and closes the least recently used first): "+
 			"this call ran in a fresh interpreter, without the variables and files of earlier calls", t.opts.MaxSessions))
 	}
-	if raised {
-		r.Notes = append(r.Notes, fmt.Sprintf("timeout_ms %d is above this tool's limit; the run had %v", in.TimeoutMS, t.limits.Timeout))
+	if raised != "" {
+		r.Notes = append(r.Notes, raised)
 	}
-	if c.ended {
+	if errors.Is(err, sandbox.ErrClosed) {
+		// A run stopped while files were open could not be rolled back.
+		c.Drop()
+		r.Notes = append(r.Notes, "the session was closed: the next call starts a fresh interpreter, without this conversation's variables and files")
+		return r
+	}
+	defer c.Release(true)
+	if c.Ended() {
 		r.Notes = append(r.Notes, "the session was closed: the next call starts a fresh interpreter, without this conversation's variables and files")
 	} else if res != nil {
-		r.Files, err = w.Changed()
-		if err != nil {
-			r.cut("files")
+		if r.Files, err = w.Changed(); err != nil {
+			r.Cut("files")
 		}
 	}
 	return r
@@ -346,37 +345,23 @@ func (t *Tool) Call(ctx context.Context, conversation string, arguments []byte) 
 
 // callStored runs a call on the conversation's session from the Store,
 // and commits it.
-func (t *Tool) callStored(ctx context.Context, conversation string, in Input, req sandbox.Limits) *Result {
-	t.mu.Lock()
-	closed := t.closed
-	if !closed {
-		t.storedCalls.Add(1)
-	}
-	t.mu.Unlock()
-	if closed {
-		return errResult(ErrClosed, t.limits.MaxOutput)
-	}
-	defer t.storedCalls.Done()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(t.storedCtx, func() { cancel(ErrClosed) })
-	defer stop()
-	var r *Result
+func (t *Tool) callStored(ctx context.Context, conversation string, in Input, req sandbox.Limits) *runtool.Result {
+	var r *runtool.Result
 	err := t.stored.Do(ctx, conversation, func(ctx context.Context, s *sandbox.Session, fresh bool) error {
 		if fresh && t.opts.Setup != nil {
 			if err := t.opts.Setup(ctx, conversation, s); err != nil {
 				return fmt.Errorf("codetool: setting up the session: %w", err)
 			}
 		}
-		w := WatchFiles(s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
+		w := runtool.WatchFiles(s.Files().FS(), t.opts.OutputDir, t.opts.MaxImageBytes)
 		res, err := s.Run(ctx, in.Code, t.runOptions(conversation, req))
-		r = FromRun(res, err, t.limits.MaxOutput)
+		r = runtool.FromRun(res, err, t.limits.MaxOutput)
 		if errors.Is(err, sandbox.ErrClosed) {
 			return err // stopped with files open: nothing to commit
 		}
 		if res != nil {
 			if r.Files, err = w.Changed(); err != nil {
-				r.cut("files")
+				r.Cut("files")
 			}
 		}
 		return nil
@@ -417,204 +402,23 @@ func (f outputFunc) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func errResult(err error, maxOutput int) *Result {
-	return FromRun(nil, err, maxOutput)
+func errResult(err error, maxOutput int) *runtool.Result {
+	return runtool.FromRun(nil, err, maxOutput)
 }
 
-// acquire returns the conversation's session, creating it if needed,
-// holding its turn; why says, for a new session of a conversation whose
-// session was closed, why it was.
-func (t *Tool) acquire(ctx context.Context, id string) (_ *conv, why gone, _ error) {
-	for {
-		t.mu.Lock()
-		if t.closed {
-			t.mu.Unlock()
-			return nil, 0, ErrClosed
-		}
-		c := t.convs[id]
-		if c == nil {
-			if len(t.convs) >= t.opts.MaxSessions {
-				victim, vid := t.leastRecentLocked()
-				if victim == nil {
-					t.mu.Unlock()
-					return nil, 0, fmt.Errorf("%w: the %d conversations this tool keeps a session for all have a call in progress", ErrTooManySessions, t.opts.MaxSessions)
-				}
-				t.mu.Unlock()
-				t.endLocked(vid, victim)
-				t.remember(vid, goneEvicted)
-				<-victim.turn
-				continue
-			}
-			c = &conv{turn: make(chan struct{}, 1)}
-			c.turn <- struct{}{}
-			t.convs[id] = c
-			why = t.expired[id]
-			delete(t.expired, id)
-			t.mu.Unlock()
-			if err := t.open(ctx, id, c); err != nil {
-				t.endLocked(id, c)
-				<-c.turn
-				return nil, 0, err
-			}
-			return c, why, nil
-		}
-		t.mu.Unlock()
-		select {
-		case c.turn <- struct{}{}:
-		case <-ctx.Done():
-			return nil, 0, fmt.Errorf("waiting for the conversation's previous call: %w", context.Cause(ctx))
-		}
-		t.mu.Lock()
-		closed := t.closed
-		t.mu.Unlock()
-		if closed {
-			<-c.turn
-			return nil, 0, ErrClosed
-		}
-		if c.ended {
-			<-c.turn // closed meanwhile (idle, End): start again
-			continue
-		}
-		t.stopTimer(c)
-		return c, 0, nil
-	}
-}
-
-// leastRecentLocked takes the turn of the conversation whose last call
-// ended first among those with no call in progress, and returns it; nil
-// when every conversation has a call in progress.
-func (t *Tool) leastRecentLocked() (*conv, string) {
-	type cand struct {
-		id string
-		c  *conv
-	}
-	var cands []cand
-	for id, c := range t.convs {
-		cands = append(cands, cand{id, c})
-	}
-	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.c.used, b.c.used) })
-	for _, k := range cands {
-		select {
-		case k.c.turn <- struct{}{}:
-			if k.c.ended { // cannot be: ended conversations leave convs first
-				<-k.c.turn
-				continue
-			}
-			return k.c, k.id
-		default:
-		}
-	}
-	return nil, ""
-}
-
-// remember records why a conversation's session was closed, for its next
-// call's note.
-func (t *Tool) remember(id string, why gone) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.expired) >= maxExpired {
-		clear(t.expired)
-	}
-	t.expired[id] = why
-}
-
-// stopTimer stops a conversation's idle timer.
-func (t *Tool) stopTimer(c *conv) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-}
-
-// open creates a conversation's session, holding its turn.
-func (t *Tool) open(ctx context.Context, id string, c *conv) error {
+// open creates a conversation's session and sets it up.
+func (t *Tool) open(ctx context.Context, conversation string) (*sandbox.Session, error) {
 	s, err := t.py.NewSession(ctx, &sandbox.Config{Network: t.opts.Network, Limits: t.opts.Limits})
 	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	closed := t.closed
-	if !closed {
-		c.s = s
-	}
-	t.mu.Unlock()
-	if closed {
-		s.Close()
-		return ErrClosed
+		return nil, err
 	}
 	if t.opts.Setup != nil {
-		if err := t.opts.Setup(ctx, id, s); err != nil {
-			return fmt.Errorf("codetool: setting up the session: %w", err)
+		if err := t.opts.Setup(ctx, conversation, s); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("codetool: setting up the session: %w", err)
 		}
 	}
-	return nil
-}
-
-// releaseTurn ends a call: the session hibernates and its idle timer
-// starts.
-func (t *Tool) releaseTurn(c *conv) {
-	if !c.ended {
-		// Open files are carried; one deleted while open keeps it awake
-		// (ErrOpenFiles), which is fine.
-		_ = c.s.Hibernate()
-		t.mu.Lock()
-		t.clock++
-		c.used = t.clock
-		t.mu.Unlock()
-		if t.opts.IdleTimeout > 0 {
-			// After Close no timer starts: Close waits for this turn and
-			// closes the session.
-			t.mu.Lock()
-			switch {
-			case t.closed:
-			case c.timer == nil:
-				c.timer = time.AfterFunc(t.opts.IdleTimeout, func() { t.expire(c) })
-			default:
-				c.timer.Reset(t.opts.IdleTimeout)
-			}
-			t.mu.Unlock()
-		}
-	}
-	<-c.turn
-}
-
-// expire ends an idle conversation, unless a call holds it.
-func (t *Tool) expire(c *conv) {
-	select {
-	case c.turn <- struct{}{}:
-	default:
-		return // a call is running; it restarts the timer
-	}
-	defer func() { <-c.turn }()
-	t.mu.Lock()
-	id, found := "", false
-	for k, v := range t.convs {
-		if v == c {
-			id, found = k, true
-		}
-	}
-	t.mu.Unlock()
-	if found {
-		t.endLocked(id, c)
-		t.remember(id, goneIdle)
-	}
-}
-
-// endLocked forgets and closes a conversation whose turn the caller holds.
-func (t *Tool) endLocked(id string, c *conv) {
-	t.mu.Lock()
-	if t.convs[id] == c {
-		delete(t.convs, id)
-	}
-	if c.timer != nil {
-		c.timer.Stop()
-	}
-	t.mu.Unlock()
-	c.ended = true
-	if c.s != nil {
-		c.s.Close()
-	}
+	return s, nil
 }
 
 // End closes a conversation's session, waiting for its call in progress
@@ -625,22 +429,7 @@ func (t *Tool) End(ctx context.Context, conversation string) error {
 	if t.stored != nil {
 		return t.stored.Delete(ctx, conversation)
 	}
-	t.mu.Lock()
-	c := t.convs[conversation]
-	t.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	select {
-	case c.turn <- struct{}{}:
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-	if !c.ended {
-		t.endLocked(conversation, c)
-	}
-	<-c.turn
-	return nil
+	return t.live.End(ctx, conversation, struct{}{})
 }
 
 // Sessions returns how many conversations have a live session.
@@ -648,9 +437,7 @@ func (t *Tool) Sessions() int {
 	if t.stored != nil {
 		return t.stored.Live()
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.convs)
+	return t.live.Len()
 }
 
 // Close closes every session. It stops the runs in progress and waits
@@ -658,31 +445,14 @@ func (t *Tool) Sessions() int {
 func (t *Tool) Close() error {
 	t.mu.Lock()
 	t.closed = true
-	all := t.convs
-	t.convs = map[string]*conv{}
-	for _, c := range all {
-		if c.timer != nil {
-			c.timer.Stop()
-		}
-		if c.cancel != nil {
-			c.cancel()
-		}
-	}
 	t.mu.Unlock()
+	t.stop(ErrClosed)
 	if t.stored != nil {
-		t.stopStored(ErrClosed)
-		t.storedCalls.Wait()
+		t.calls.Wait()
 		t.stored.Close()
+		return nil
 	}
-	for _, c := range all {
-		c.turn <- struct{}{}
-		if !c.ended {
-			c.ended = true
-			if c.s != nil {
-				c.s.Close()
-			}
-		}
-		<-c.turn
-	}
+	t.live.Close()
+	t.calls.Wait()
 	return nil
 }

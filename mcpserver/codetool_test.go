@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/mcpserver"
 )
 
@@ -17,13 +17,13 @@ import (
 // tool's, and a run's result reads as codetool formats it for a model.
 func TestSharesTheCodeToolDefinition(t *testing.T) {
 	py := sandboxtest.Python(t)
-	info, err := codetool.Probe(context.Background(), py)
+	info, err := runtool.Probe(context.Background(), py)
 	require.NoError(t, err)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()
 	cs := connect(t, srv)
-	assert.Contains(t, cs.InitializeResult().Instructions, codetool.InstructionsFor(info, nil, nil))
+	assert.Contains(t, cs.InitializeResult().Instructions, runtool.InstructionsFor(info, nil, nil))
 
 	res := call(t, cs, "run_python", map[string]any{"code": "print('hi')\nraise KeyError('k')"}, nil)
 	assert.True(t, res.IsError)

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
@@ -195,9 +195,9 @@ func TestSchemasAndInstructions(t *testing.T) {
 	defer srv.Close()
 	cs := connect(t, srv)
 
-	info, err := codetool.Probe(context.Background(), py)
+	info, err := runtool.Probe(context.Background(), py)
 	require.NoError(t, err)
-	instructions := codetool.InstructionsFor(info, policy, mounts)
+	instructions := runtool.InstructionsFor(info, policy, mounts)
 	assert.Contains(t, instructions, "/data (read-only)")
 	assert.Contains(t, instructions, "only to https://api.example.com")
 	assert.True(t, strings.HasPrefix(cs.InitializeResult().Instructions, instructions), cs.InitializeResult().Instructions)
@@ -217,8 +217,8 @@ func TestSchemasAndInstructions(t *testing.T) {
 			assert.Contains(t, tool.Description, instructions)
 		}
 		if tool.Name == "run_python" || tool.Name == "session_run" {
-			assert.Contains(t, tool.Description, codetool.ResultShows)
-			assert.Contains(t, tool.Description, codetool.FilesShown)
+			assert.Contains(t, tool.Description, runtool.ResultShows)
+			assert.Contains(t, tool.Description, runtool.FilesShown)
 		}
 		for name, p := range s.Properties {
 			assert.NotEmpty(t, p.(map[string]any)["description"], "%s.%s", tool.Name, name)

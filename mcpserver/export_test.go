@@ -11,11 +11,7 @@ func (s *Server) OnRun(f func(running int)) {
 }
 
 // OpenSessions returns the number of sessions open or being opened.
-func (s *Server) OpenSessions() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.nSessions
-}
+func (s *Server) OpenSessions() int { return s.live.Len() }
 
 // Config returns the limits of a call that asks for timeout_ms and fuel.
 func (s *Server) Config(timeoutMS, fuel int64) (*sandbox.RunOptions, error) {

@@ -9,7 +9,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/sessionpool"
+	"github.com/fumehood/fumehood/sandbox"
 )
 
 func TestTruncate(t *testing.T) {
@@ -80,15 +85,18 @@ func FuzzCheckLine(f *testing.F) {
 // another call is using gives up when its own context ends, rather than
 // waiting for the other run, which may have no deadline.
 func TestSessionTurnHonoursTheCaller(t *testing.T) {
-	s := &Server{sessions: map[string]*session{"a": {turn: make(chan struct{}, 1)}}}
-	_, unlock, err := s.get(context.Background(), nil, "a")
+	s := &Server{live: sessionpool.New[*mcp.ServerSession](sessionpool.Options{})}
+	c, err := s.live.Acquire(context.Background(), "a", nil, func(context.Context) (*sandbox.Session, error) { return nil, nil })
+	require.NoError(t, err)
+	c.Release(false)
+	c, err = s.get(context.Background(), nil, "a")
 	assert.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := s.get(ctx, nil, "a")
+		_, err := s.get(ctx, nil, "a")
 		done <- err
 	}()
 	select {
@@ -98,10 +106,10 @@ func TestSessionTurnHonoursTheCaller(t *testing.T) {
 		t.Fatal("a call waited for the session past its own deadline")
 	}
 
-	unlock()
-	_, unlock, err = s.get(context.Background(), nil, "a")
+	c.Release(false)
+	c, err = s.get(context.Background(), nil, "a")
 	assert.NoError(t, err, "the turn is free again once released")
-	unlock()
-	_, _, err = s.get(context.Background(), nil, "b")
+	c.Release(false)
+	_, err = s.get(context.Background(), nil, "b")
 	assert.Error(t, err)
 }

@@ -56,7 +56,9 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/runtool"
+	"github.com/fumehood/fumehood/internal/sessionpool"
+	"github.com/fumehood/fumehood/internal/textcut"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sessionstore"
@@ -153,7 +155,7 @@ type Server struct {
 	py           *sandbox.Guest
 	opts         Options // with the defaults applied
 	mcp          *mcp.Server
-	instructions string // codetool.InstructionsFor the guest, network and mounts
+	instructions string // runtool.InstructionsFor the guest, network and mounts
 
 	stored *sessionstore.Sessions // with Options.Store; nil without
 	kept   int                    // with a Store: the sessions kept live between calls, at most
@@ -164,26 +166,21 @@ type Server struct {
 
 	charge int64 // what a session or a run holds of the memory budget
 
-	mu        sync.Mutex
-	closed    bool
-	sessions  map[string]*session
-	owners    map[*mcp.ServerSession]bool // the MCP sessions watched for their end
-	nSessions int                         // sessions open or being opened
-	nTemp     int                         // run_python calls holding memory
-	running   int                         // runs executing
-	freed     chan struct{}               // closed when memory is released
-}
+	// live holds the sessions (without a Store), each owned by the MCP
+	// session that made it: at most MaxSessions, open or being opened.
+	live *sessionpool.Pool[*mcp.ServerSession]
 
-type session struct {
-	turn chan struct{} // one call at a time: holding the turn is a send
-
-	s     *sandbox.Session
-	owner *mcp.ServerSession
+	mu      sync.Mutex
+	closed  bool
+	owners  map[*mcp.ServerSession]bool // the MCP sessions watched for their end
+	nTemp   int                         // run_python calls holding memory
+	running int                         // runs executing
+	freed   chan struct{}               // closed when memory is released
 }
 
 // New returns a server that runs code on py, which must be the Python
 // guest (sandbox.CompilePython). It probes the
-// guest once per process (codetool.Probe) for its instructions.
+// guest once per process (runtool.Probe) for its instructions.
 func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if !py.IsPython() {
 		return nil, sandbox.ErrNotPython
@@ -196,11 +193,11 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := codetool.Probe(context.Background(), py)
+	info, err := runtool.Probe(context.Background(), py)
 	if err != nil {
 		return nil, err
 	}
-	s := newServer(o, codetool.InstructionsFor(info, o.Network, o.Mounts))
+	s := newServer(o, runtool.InstructionsFor(info, o.Network, o.Mounts))
 	s.py, s.charge = py, charge
 	if o.Store != nil {
 		s.startStore()
@@ -213,9 +210,10 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 
 // newServer returns a server with no tools, its options resolved.
 func newServer(o Options, instructions string) *Server {
-	s := &Server{opts: o, sessions: map[string]*session{}, owners: map[*mcp.ServerSession]bool{},
+	s := &Server{opts: o, owners: map[*mcp.ServerSession]bool{},
 		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
 		instructions: instructions, clients: newClients(o.MaxClients)}
+	s.live = sessionpool.New[*mcp.ServerSession](sessionpool.Options{Max: o.MaxSessions, OnFree: s.freeMemory})
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: o.Name, Version: o.Version}, &mcp.ServerOptions{
 		Instructions: s.instructions + " " + toolsNote,
 	})
@@ -247,12 +245,8 @@ func (s *Server) Stats() Stats {
 	st := Stats{Clients: s.clients.count(), MemoryBudget: s.opts.MemoryBudget}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.Sessions, st.TempRuns, st.Runs = s.nSessions, s.nTemp, s.running
-	for _, ss := range s.sessions {
-		if len(ss.turn) == 0 {
-			st.Hibernated++
-		}
-	}
+	st.Sessions, st.TempRuns, st.Runs = s.live.Len(), s.nTemp, s.running
+	st.Hibernated = s.live.Idle()
 	if s.stored != nil {
 		st.Sessions = s.stored.Live()
 	}
@@ -326,15 +320,8 @@ func (s *Server) Close() error {
 	}
 	s.mu.Lock()
 	s.closed = true
-	var all []*session
-	for id, ss := range s.sessions {
-		all = append(all, ss)
-		s.removeLocked(id)
-	}
 	s.mu.Unlock()
-	for _, ss := range all {
-		ss.s.Close()
-	}
+	s.live.Close()
 	return nil
 }
 
@@ -468,12 +455,12 @@ func addTool[In, Out any](s *Server, name, description string, h mcp.ToolHandler
 func (s *Server) addTools() error {
 	errs := []error{
 		addTool(s, "run_python", "Run Python code in a fresh interpreter; nothing is kept after the call "+
-			"(use session_create and session_run for state that lasts). "+codetool.ResultShows+" "+codetool.FilesShown+" "+
+			"(use session_create and session_run for state that lasts). "+runtool.ResultShows+" "+runtool.FilesShown+" "+
 			s.instructions, s.runPython),
 		addTool(s, "session_create", "Start a Python session whose variables, imports and files last between session_run calls, "+
 			"as in a notebook; close it with session_close when done.", s.sessionCreate),
-		addTool(s, "session_run", "Run Python code in a session. "+codetool.ResultShows+" "+codetool.FilesShown+" "+
-			codetool.Rollback, s.sessionRun),
+		addTool(s, "session_run", "Run Python code in a session. "+runtool.ResultShows+" "+runtool.FilesShown+" "+
+			runtool.Rollback, s.sessionRun),
 		addTool(s, "session_files", "Read, write or list files in a session's filesystem. A text file is read as text, "+
 			"an image (PNG, JPEG, GIF, WebP) as an image, any other binary file as base64; "+
 			"write binary data by sending it in base64 with encoding base64.", s.sessionFiles),
@@ -492,7 +479,7 @@ func (s *Server) addTools() error {
 // server's, and a negative or out-of-range one is an error. The rule is
 // the sandbox's (sandbox.Limits.Lower), which every run applies again.
 func (s *Server) config(l callLimits) (*sandbox.RunOptions, error) {
-	req, err := codetool.CallLimits(l.TimeoutMS, l.Fuel)
+	req, err := runtool.CallLimits(l.TimeoutMS, l.Fuel)
 	if err != nil {
 		return nil, err
 	}
@@ -570,8 +557,9 @@ const outputDir = "/work"
 func (s *Server) maxImage() int { return max(1, s.opts.Limits.MaxOutput/4*3) }
 
 // result turns a run's outcome into a tool result, formatted for the
-// model as codetool formats it. A Python exception or a limit is an error
-// result the model sees; other errors are too, with their message. Every
+// model as codetool formats it (runtool.Result.Text). A Python exception
+// or a limit is an error result the model sees; other errors are too,
+// with their message. Every
 // text is cut to the server's MaxOutput bytes here, whatever the sandbox
 // kept, and sent once: the text content holds at most six of them
 // (stdout, stderr, value, exception type and message or error,
@@ -580,7 +568,7 @@ func (s *Server) maxImage() int { return max(1, s.opts.Limits.MaxOutput/4*3) }
 // changed under /work (at most 64), and the first 8 images among them
 // whose base64 fits MaxOutput are attached: PNG and JPEG as image content,
 // SVG as text.
-func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp.CallToolResult, runOutput, error) {
+func (s *Server) result(res *sandbox.Result, err error, w *runtool.Watch) (*mcp.CallToolResult, runOutput, error) {
 	var out runOutput
 	if res == nil {
 		if err == nil {
@@ -588,11 +576,11 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 		}
 		return nil, out, err
 	}
-	r := codetool.FromRun(res, err, s.opts.Limits.MaxOutput)
+	r := runtool.FromRun(res, err, s.opts.Limits.MaxOutput)
 	if w != nil {
 		var ferr error
 		if r.Files, ferr = w.Changed(); ferr != nil {
-			r.Truncated = append(r.Truncated, "files")
+			r.Cut("files")
 		}
 	}
 	out = runOutput{
@@ -603,7 +591,10 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 		out.Exception = trunc(e.Type, 200)
 	}
 	tr := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: r.Text()}}}
-	for _, f := range r.Images() {
+	for _, f := range r.Files {
+		if f.Data == nil {
+			continue
+		}
 		if f.IsRaster() {
 			tr.Content = append(tr.Content, &mcp.ImageContent{Data: f.Data, MIMEType: f.MediaType})
 		} else {
@@ -615,8 +606,8 @@ func (s *Server) result(res *sandbox.Result, err error, w *codetool.Watch) (*mcp
 }
 
 // truncate returns text as valid UTF-8 of at most n bytes, cut at a
-// character boundary, and whether it cut (codetool.Clip).
-func truncate(text string, n int) (string, bool) { return codetool.Clip(text, n) }
+// character boundary, and whether it cut (textcut.Cut).
+func truncate(text string, n int) (string, bool) { return textcut.Cut(text, n) }
 
 // trunc is truncate without the report.
 func trunc(text string, n int) string {
@@ -652,11 +643,13 @@ func (s *Server) acquireRun(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// reserve takes s.charge of the memory budget for a session (and a
-// place among MaxSessions) or a throw-away run, checking and taking in one
-// step. When only other throw-away runs are in the way it waits for them
-// until ctx is done; when open sessions are, it fails at once. Give the
-// memory back with release.
+// reserve takes s.charge of the memory budget for a throw-away run, or
+// checks that a session being opened, which s.live counts already (and
+// bounds by MaxSessions), has its charge (forSession), checking and taking
+// in one step. When only other throw-away runs are in the way it waits for
+// them until ctx is done; when open sessions are, it fails at once. Give a
+// run's memory back with release; a session's goes back when it leaves
+// s.live (freeMemory).
 func (s *Server) reserve(ctx context.Context, forSession bool) error {
 	for {
 		s.mu.Lock()
@@ -664,22 +657,19 @@ func (s *Server) reserve(ctx context.Context, forSession bool) error {
 			s.mu.Unlock()
 			return errServerClosed
 		}
-		if forSession && s.nSessions >= s.opts.MaxSessions {
-			n := s.nSessions
-			s.mu.Unlock()
-			return fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", n)
+		sessions := s.live.Len() // with forSession, this one included
+		if !forSession {
+			sessions++ // the run, as a session
 		}
 		mem := s.charge
-		if int64(s.nSessions+s.kept+s.nTemp+1)*mem <= s.opts.MemoryBudget {
-			if forSession {
-				s.nSessions++
-			} else {
+		if int64(sessions+s.kept+s.nTemp)*mem <= s.opts.MemoryBudget {
+			if !forSession {
 				s.nTemp++
 			}
 			s.mu.Unlock()
 			return nil
 		}
-		if int64(s.nSessions+s.kept+1)*mem > s.opts.MemoryBudget {
+		if int64(sessions+s.kept)*mem > s.opts.MemoryBudget {
 			s.mu.Unlock()
 			return errMemoryBudget
 		}
@@ -693,19 +683,23 @@ func (s *Server) reserve(ctx context.Context, forSession bool) error {
 	}
 }
 
-// release gives back what reserve took.
-func (s *Server) release(forSession bool) {
+// release gives back what reserve took for a throw-away run.
+func (s *Server) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.releaseLocked(forSession)
+	s.nTemp--
+	s.freedLocked()
 }
 
-func (s *Server) releaseLocked(forSession bool) {
-	if forSession {
-		s.nSessions--
-	} else {
-		s.nTemp--
-	}
+// freeMemory tells the calls waiting for memory that a session left
+// s.live.
+func (s *Server) freeMemory() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.freedLocked()
+}
+
+func (s *Server) freedLocked() {
 	close(s.freed)
 	s.freed = make(chan struct{})
 }
@@ -724,7 +718,7 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in run
 	if err := s.reserve(ctx, false); err != nil {
 		return nil, runOutput{}, err
 	}
-	defer s.release(false)
+	defer s.release()
 	// A throw-away session: a fresh interpreter from the base image that
 	// a one-shot run also starts from, reporting the same value.
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(nil))
@@ -746,7 +740,7 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in run
 			return nil, runOutput{}, err
 		}
 	}
-	w := codetool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
+	w := runtool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
 	res, err := ss.Run(ctx, in.Code, cfg)
 	return s.result(res, err, w)
 }
@@ -774,30 +768,32 @@ func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	if s.stored != nil {
 		return s.createStored(ctx, in)
 	}
-	if err := s.reserve(ctx, true); err != nil {
-		return nil, sessionRef{}, err
-	}
-	ss, err := s.py.NewSession(ctx, s.sessionConfig(in.Env))
-	if err != nil {
-		s.release(true)
-		return nil, sessionRef{}, err
-	}
-	id, err := s.add(req.Session, ss)
+	id, err := s.open(ctx, req.Session, func(ctx context.Context) (*sandbox.Session, error) {
+		return s.py.NewSession(ctx, s.sessionConfig(in.Env))
+	})
 	return nil, sessionRef{SessionID: id}, err
 }
 
-// add records a session reserved with reserve(ctx, true), owned by the
-// MCP session owner, and returns its ID.
-func (s *Server) add(owner *mcp.ServerSession, ss *sandbox.Session) (string, error) {
+// open adds a session that newSession makes, once its memory is
+// reserved, owned by the MCP session owner, and returns its ID.
+func (s *Server) open(ctx context.Context, owner *mcp.ServerSession, newSession func(context.Context) (*sandbox.Session, error)) (string, error) {
 	id := newID()
-	s.mu.Lock()
-	if s.closed {
-		s.releaseLocked(true)
-		s.mu.Unlock()
-		ss.Close()
+	c, err := s.live.Acquire(ctx, id, owner, func(ctx context.Context) (*sandbox.Session, error) {
+		if err := s.reserve(ctx, true); err != nil {
+			return nil, err
+		}
+		return newSession(ctx)
+	})
+	switch {
+	case errors.Is(err, sessionpool.ErrFull):
+		return "", fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", s.opts.MaxSessions)
+	case errors.Is(err, sessionpool.ErrClosed):
 		return "", errServerClosed
+	case err != nil:
+		return "", err
 	}
-	s.sessions[id] = &session{turn: make(chan struct{}, 1), s: ss, owner: owner}
+	c.Release(false)
+	s.mu.Lock()
 	if owner != nil && !s.owners[owner] {
 		// The first session of this MCP session: close its sessions when
 		// it ends. Added after it ended, the session is closed at once,
@@ -816,24 +812,8 @@ func (s *Server) add(owner *mcp.ServerSession, ss *sandbox.Session) (string, err
 func (s *Server) ownerGone(owner *mcp.ServerSession) {
 	s.mu.Lock()
 	delete(s.owners, owner)
-	var gone []*session
-	for id, ss := range s.sessions {
-		if ss.owner == owner {
-			gone = append(gone, ss)
-			s.removeLocked(id)
-		}
-	}
 	s.mu.Unlock()
-	for _, ss := range gone {
-		ss.s.Close()
-	}
-}
-
-// removeLocked forgets a session and gives back its memory; the caller
-// closes it.
-func (s *Server) removeLocked(id string) {
-	delete(s.sessions, id)
-	s.releaseLocked(true)
+	s.live.RemoveOwner(owner)
 }
 
 // noSession is the error for a session that does not exist for the
@@ -842,23 +822,19 @@ func noSession(id string) error {
 	return fmt.Errorf("no session %q: it was closed, or never created (session_create)", trunc(id, 100))
 }
 
-// get finds a session of owner and locks it for one call.
-func (s *Server) get(ctx context.Context, owner *mcp.ServerSession, id string) (*session, func(), error) {
-	s.mu.Lock()
-	ss := s.sessions[id]
-	s.mu.Unlock()
-	if ss == nil || ss.owner != owner {
-		return nil, nil, noSession(id)
+// get holds a session of owner for one call; release it with the Call's
+// Release or Drop. A call waits for the session's turn only as long as its
+// caller does: a run in progress may hold it until its own deadline, or
+// forever with no timeout.
+func (s *Server) get(ctx context.Context, owner *mcp.ServerSession, id string) (*sessionpool.Call[*mcp.ServerSession], error) {
+	c, err := s.live.Acquire(ctx, id, owner, nil)
+	switch {
+	case errors.Is(err, sessionpool.ErrWaiting):
+		return nil, fmt.Errorf("waiting for session %q: %w", trunc(id, 100), ctx.Err())
+	case err != nil:
+		return nil, noSession(id)
 	}
-	// A call waits for the session's turn only as long as its caller does:
-	// a run in progress may hold it until its own deadline, or forever
-	// with no timeout.
-	select {
-	case ss.turn <- struct{}{}:
-		return ss, func() { <-ss.turn }, nil
-	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("waiting for session %q: %w", trunc(id, 100), ctx.Err())
-	}
+	return c, nil
 }
 
 func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in sessionRunInput) (*mcp.CallToolResult, runOutput, error) {
@@ -870,55 +846,41 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 	if s.stored != nil {
 		return s.runStored(ctx, in, cfg)
 	}
-	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
+	c, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, runOutput{}, err
 	}
-	defer unlock()
-	// The session's lock first, then a run slot: a call holding a slot
-	// never waits for a session's lock, so the two cannot deadlock.
+	// The session's turn first, then a run slot: a call holding a slot
+	// never waits for a session's turn, so the two cannot deadlock.
 	done, err := s.acquireRun(ctx)
 	if err != nil {
+		c.Release(false)
 		return nil, runOutput{}, err
 	}
-	w := codetool.WatchFiles(ss.s.Files().FS(), outputDir, s.maxImage())
-	res, err := ss.s.Run(ctx, in.Code, cfg)
+	w := runtool.WatchFiles(c.Session.Files().FS(), outputDir, s.maxImage())
+	res, err := c.Session.Run(ctx, in.Code, cfg)
 	done()
 	if errors.Is(err, sandbox.ErrClosed) {
-		s.drop(ss)
-		w = nil
-	} else {
-		// A model takes seconds between calls: idle, a session needs only
-		// its changed pages (0.5 MB, not 15). Open files are carried;
-		// one deleted while open keeps it awake (ErrOpenFiles), which
-		// is fine.
-		_ = ss.s.Hibernate()
+		// The session closed itself: forget it.
+		c.Drop()
+		return s.result(res, err, nil)
 	}
+	// A model takes seconds between calls: idle, a session needs only its
+	// changed pages (0.5 MB, not 15).
+	defer c.Release(true)
 	return s.result(res, err, w)
-}
-
-// drop forgets and closes a session that closed itself.
-func (s *Server) drop(ss *session) {
-	s.mu.Lock()
-	for id, o := range s.sessions {
-		if o == ss {
-			s.removeLocked(id)
-		}
-	}
-	s.mu.Unlock()
-	ss.s.Close()
 }
 
 func (s *Server) sessionFiles(ctx context.Context, req *mcp.CallToolRequest, in filesInput) (*mcp.CallToolResult, filesOutput, error) {
 	if s.stored != nil {
 		return s.filesStored(ctx, in)
 	}
-	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
+	c, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, filesOutput{}, err
 	}
-	defer unlock()
-	return s.fileOp(ss.s.Files(), in)
+	defer c.Release(false)
+	return s.fileOp(c.Session.Files(), in)
 }
 
 // fileOp does a session_files operation on a session's files.
@@ -1034,15 +996,10 @@ func (s *Server) sessionClose(ctx context.Context, req *mcp.CallToolRequest, in 
 	if s.stored != nil {
 		return s.closeStored(ctx, in)
 	}
-	s.mu.Lock()
-	ss := s.sessions[in.SessionID]
-	if ss == nil || ss.owner != req.Session {
-		s.mu.Unlock()
+	if err := s.live.Remove(in.SessionID, req.Session); err != nil {
 		return nil, sessionRef{}, noSession(in.SessionID)
 	}
-	s.removeLocked(in.SessionID)
-	s.mu.Unlock()
-	return nil, in, ss.s.Close()
+	return nil, in, nil
 }
 
 // validSnapshotName reports whether name matches
@@ -1084,15 +1041,15 @@ func (s *Server) sessionSnapshot(ctx context.Context, req *mcp.CallToolRequest, 
 	if err != nil {
 		return nil, snapshotOutput{}, err
 	}
-	ss, unlock, err := s.get(ctx, req.Session, in.SessionID)
+	c, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
 		return nil, snapshotOutput{}, err
 	}
-	defer unlock()
+	defer c.Release(false)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, snapshotOutput{}, err
 	}
-	if err := ss.s.SnapshotFile(file); err != nil {
+	if err := c.Session.SnapshotFile(file); err != nil {
 		return nil, snapshotOutput{}, err
 	}
 	fi, err := os.Stat(file)
@@ -1114,16 +1071,10 @@ func (s *Server) sessionRestore(ctx context.Context, req *mcp.CallToolRequest, i
 		return nil, sessionRef{}, err
 	}
 	defer f.Close()
-	if err := s.reserve(ctx, true); err != nil {
-		return nil, sessionRef{}, err
-	}
 	// ResumeSession reads no more than the session's limits imply, so a
 	// huge file in the snapshot directory costs no more than they do.
-	ss, err := s.py.ResumeSession(ctx, f, s.sessionConfig(nil))
-	if err != nil {
-		s.release(true)
-		return nil, sessionRef{}, err
-	}
-	id, err := s.add(req.Session, ss)
+	id, err := s.open(ctx, req.Session, func(ctx context.Context) (*sandbox.Session, error) {
+		return s.py.ResumeSession(ctx, f, s.sessionConfig(nil))
+	})
 	return nil, sessionRef{SessionID: id}, err
 }

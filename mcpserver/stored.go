@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sessionstore"
 )
@@ -93,7 +93,7 @@ func (s *Server) holdCall(ctx context.Context, id string) (name string, release 
 	if err := s.reserve(ctx, false); err != nil {
 		return "", nil, err
 	}
-	return name, func() { s.release(false) }, nil
+	return name, s.release, nil
 }
 
 func (s *Server) createStored(ctx context.Context, in createInput) (*mcp.CallToolResult, sessionRef, error) {
@@ -122,7 +122,7 @@ func (s *Server) runStored(ctx context.Context, in sessionRunInput, cfg *sandbox
 	var (
 		res    *sandbox.Result
 		runErr error
-		w      *codetool.Watch
+		w      *runtool.Watch
 	)
 	err = s.stored.Update(ctx, name, func(ctx context.Context, ss *sandbox.Session) error {
 		// The lease first, then a run slot: a call holding a slot never
@@ -132,7 +132,7 @@ func (s *Server) runStored(ctx context.Context, in sessionRunInput, cfg *sandbox
 			return err
 		}
 		defer done()
-		w = codetool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
+		w = runtool.WatchFiles(ss.Files().FS(), outputDir, s.maxImage())
 		res, runErr = ss.Run(ctx, in.Code, cfg)
 		if errors.Is(runErr, sandbox.ErrClosed) {
 			return runErr // stopped with files open: nothing to commit

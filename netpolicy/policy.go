@@ -1,5 +1,5 @@
 // Package netpolicy decides which HTTP requests a sandboxed guest may make,
-// and makes them for it.
+// and its Transport makes them for it.
 //
 // A guest has no sockets: it asks the host to make a request, and the host
 // makes it only if a Policy allows it. The default is to deny everything;
@@ -63,8 +63,8 @@ type Policy struct {
 	MaxRequestBytes int64
 	// MaxResponseBytes bounds a response's body; 0 means DefaultMaxResponseBytes.
 	MaxResponseBytes int64
-	// MaxRequests bounds the requests of one Client (one run), each
-	// redirect hop counting as one; 0 means DefaultMaxRequests.
+	// MaxRequests bounds the requests of one run, each redirect hop
+	// counting as one; 0 means DefaultMaxRequests.
 	MaxRequests int
 	// MaxRedirects bounds the redirects followed for one request; 0 means
 	// DefaultMaxRedirects and a negative value follows none.

@@ -3,6 +3,8 @@ package netpolicy
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -58,11 +60,28 @@ func (s *secretServers) transport(t *testing.T, secrets map[string]http.Header, 
 	return tr, nil
 }
 
-func get(t *testing.T, c *Client, url string, header http.Header) string {
+func get(t *testing.T, tr *Transport, url string, header http.Header) string {
 	t.Helper()
-	resp, err := c.Do(context.Background(), &Request{URL: url, Header: header})
+	body, err := do(tr, url, header)
 	require.NoError(t, err)
-	return string(resp.Body)
+	return body
+}
+
+// do GETs url through tr as an http.Client using it does (following
+// redirects, each checked again) and returns the response's body.
+func do(tr *Transport, url string, header http.Header) (string, error) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	maps.Copy(req.Header, header)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
 }
 
 // TestSecretsGoOnlyToTheirOrigin: a secret keyed by an https origin is sent
@@ -72,7 +91,7 @@ func TestSecretsGoOnlyToTheirOrigin(t *testing.T) {
 	s := newSecretServers(t)
 	tr, err := s.transport(t, map[string]http.Header{s.tlsA.URL: {"X-Key": {testSecret}}}, false)
 	require.NoError(t, err)
-	c := tr.NewClient()
+	c := tr
 	assert.Equal(t, testSecret, get(t, c, s.tlsA.URL+"/", http.Header{"X-Key": {"guest-guess"}}),
 		"sent to the exact https origin, replacing the guest's")
 	assert.Empty(t, get(t, c, s.plainB.URL+"/", nil), "not over http")
@@ -85,12 +104,12 @@ func TestSecretsGoOnlyToTheirOrigin(t *testing.T) {
 	// scheme).
 	tr, err = s.transport(t, map[string]http.Header{"127.0.0.1": {"X-Key": {testSecret}}}, false)
 	require.NoError(t, err)
-	assert.Empty(t, get(t, tr.NewClient(), s.plainB.URL+"/", nil))
-	assert.Empty(t, get(t, tr.NewClient(), s.tlsA.URL+"/", nil))
+	assert.Empty(t, get(t, tr, s.plainB.URL+"/", nil))
+	assert.Empty(t, get(t, tr, s.tlsA.URL+"/", nil))
 	tr, err = s.transport(t, map[string]http.Header{fmt.Sprintf("127.0.0.1:%d", port(s.tlsA)): {"X-Key": {testSecret}}}, false)
 	require.NoError(t, err)
-	assert.Equal(t, testSecret, get(t, tr.NewClient(), s.tlsA.URL+"/", nil))
-	assert.Empty(t, get(t, tr.NewClient(), s.plainB.URL+"/", nil))
+	assert.Equal(t, testSecret, get(t, tr, s.tlsA.URL+"/", nil))
+	assert.Empty(t, get(t, tr, s.plainB.URL+"/", nil))
 }
 
 // TestSecretsOverHTTPNeedTheOptIn: an http origin is refused unless
@@ -103,7 +122,7 @@ func TestSecretsOverHTTPNeedTheOptIn(t *testing.T) {
 	assert.Contains(t, err.Error(), "SecretsOverHTTP")
 	tr, err := s.transport(t, secrets, true)
 	require.NoError(t, err)
-	c := tr.NewClient()
+	c := tr
 	assert.Equal(t, testSecret, get(t, c, s.plainB.URL+"/", nil))
 	assert.Empty(t, get(t, c, s.tlsA.URL+"/", nil))
 }

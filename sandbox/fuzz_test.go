@@ -3,7 +3,6 @@ package sandbox_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +41,7 @@ func FuzzCompile(f *testing.F) {
 		default:
 			t.Fatalf("Exec: %v, not a documented outcome", err)
 		}
-		if err != nil && strings.Contains(err.Error(), "internal error") {
+		if errors.Is(err, sandbox.ErrInternal) {
 			t.Fatalf("Exec: %v", err)
 		}
 	})

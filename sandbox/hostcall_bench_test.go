@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/internal/netclient"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -102,9 +103,9 @@ func BenchmarkGETPolicy(b *testing.B) {
 	t, err := netpolicy.NewTransport(p)
 	require.NoError(b, err)
 	p.MaxRequests = 1 << 30
-	c := t.NewClient()
+	c := netclient.New(t)
 	for b.Loop() {
-		_, err := c.Do(context.Background(), &netpolicy.Request{URL: srv.URL})
+		_, err := c.Do(context.Background(), &netclient.Request{URL: srv.URL})
 		require.NoError(b, err)
 	}
 }

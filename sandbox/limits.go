@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -158,7 +159,7 @@ func (r *runState) topUpLocked() bool {
 func outOfFuel(ctx context.Context, mod api.Module) {
 	r, _ := ctx.Value(runKey{}).(*runState)
 	if r == nil {
-		panic(errors.New("sandbox: out_of_fuel called outside a run"))
+		panic(fmt.Errorf("%w: out_of_fuel called outside a run", errInternal))
 	}
 	r.refuel()
 	r.ring(ctx, mod)

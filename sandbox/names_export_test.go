@@ -12,3 +12,6 @@ var DefaultRootQuota = defaultRootQuota
 
 // ProcessCPU is processCPU, for the external tests' benchmarks.
 var ProcessCPU = processCPU
+
+// ErrInternal is errInternal, the host's own failure on a guest's call.
+var ErrInternal = errInternal

@@ -48,7 +48,7 @@ func sessionSourceFor(with []string) string {
 func (in *instance) enter(ctx context.Context, r *runState, budget int64, sink *errnoSink, f func(context.Context) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("sandbox: internal error: %v", p)
+			err = fmt.Errorf("%w: %v", errInternal, p)
 		}
 	}()
 	ctx = context.WithValue(ctx, runKey{}, r)
@@ -135,7 +135,7 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 		return r.end(nil, memStats{}, nil)
 	}
 	if baseErr != nil {
-		return r.end(baseErr, memStats{}, nil)
+		return r.fail(baseErr)
 	}
 	// What the code leaves in the control directory is gone by the next
 	// run.
@@ -148,12 +148,12 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 	r.state.setClocks(ctx, s.cfg.Deterministic, 0, nil)
 	in, err = s.g.newInstance(ctx, s.fscfg, &sessionClock{in: &in}, rnd, nil, uint64(r.limits.Memory), uint64(base.size))
 	if err != nil {
-		return r.end(err, memStats{}, nil)
+		return r.fail(err)
 	}
 	defer in.close()
 	ck := &checkpoint{size: uint64(base.size)}
 	if err := ck.restore(base, in.mod, in.linear); err != nil {
-		return r.end(err, memStats{}, nil)
+		return r.fail(err)
 	}
 	argv0 := "-c"
 	if name == "" {
@@ -170,11 +170,11 @@ func (s *Sandbox) runImage(ctx context.Context, name, code string, opts *RunOpti
 		MaxValue: r.limits.MaxOutput, Mounts: s.quotas}
 	s.setEnv(&req, s.cfg.Env)
 	if req.Seed, err = newSeed(rnd); err != nil {
-		return r.end(err, memStats{}, nil)
+		return r.fail(err)
 	}
 	body, err := json.Marshal(&req)
 	if err != nil {
-		return r.end(err, memStats{}, nil)
+		return r.fail(err)
 	}
 	if r.opts.Stdin != nil {
 		in.userIn = newStdin(ctx, r.opts.Stdin, r.state)

@@ -255,7 +255,7 @@ func (s *Sandbox) exec(ctx context.Context, name string, args []string, opts *Ru
 	}
 	mc, err := s.g.moduleConfig(ctx, append([]string{name}, args...), env, s.cfg.Deterministic, s.cfg.Seed, r.opts.Stdin, r.state)
 	if err != nil {
-		return r.end(err, memStats{}, nil)
+		return r.fail(err)
 	}
 	mc = mc.WithStdout(r.stdout).WithStderr(r.stderr).WithFSConfig(s.fscfg)
 	alloc := &memoryAllocator{limit: uint64(r.limits.Memory)}
@@ -293,7 +293,7 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 		// wazero turns guest faults into errors; this is the last line of
 		// defence for the host process.
 		if p := recover(); p != nil {
-			err = fmt.Errorf("sandbox: internal error: %v", p)
+			err = fmt.Errorf("%w: %v", errInternal, p)
 		}
 	}()
 	ctx = context.WithValue(ctx, runKey{}, r)
@@ -312,6 +312,22 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 	_, err = mod.ExportedFunction("_start").Call(ctx)
 	return g.stack.check(mod, err)
 }
+
+// errInternal is a failure of the host's own on the guest's call: a panic
+// recovered on the way out, a host function called outside a run. It is
+// no trap of the guest's code: classify returns it as it is.
+var errInternal = errors.New("sandbox: internal error")
+
+// setupError is the error of a run that failed before the guest ran (its
+// instance, its request, its image could not be made): classify returns
+// the error it holds as it is, never as a trap.
+type setupError struct{ err error }
+
+func (e setupError) Error() string { return e.err.Error() }
+func (e setupError) Unwrap() error { return e.err }
+
+// fail ends a run that failed before the guest ran, for err.
+func (r *run) fail(err error) (*Result, error) { return r.end(setupError{err}, memStats{}, nil) }
 
 // classify turns the runtime's error into the package's and says what
 // ended the run and its exit code (0-255, the low 8 bits of the status the
@@ -337,6 +353,10 @@ func classify(r *runState, err error, d time.Duration, memHit bool) (StopReason,
 	if err == nil {
 		return StopExit, 0, nil
 	}
+	var setup setupError
+	if errors.As(err, &setup) {
+		return stopReason(setup.err), -1, setup.err
+	}
 	stop, code := StopExit, -1
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
@@ -347,7 +367,7 @@ func classify(r *runState, err error, d time.Duration, memHit bool) (StopReason,
 			return StopExit, 0, nil
 		}
 		err = &ExitError{Code: code}
-	} else if errors.Is(err, ErrClosed) || strings.HasPrefix(err.Error(), "sandbox:") {
+	} else if errors.Is(err, ErrClosed) || errors.Is(err, errInternal) {
 		return stopReason(err), -1, err
 	} else {
 		stop = StopTrap

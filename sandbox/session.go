@@ -221,13 +221,13 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 	if s.inst == nil {
 		// Hibernating: bring the interpreter back from the checkpoint.
 		if err := s.instantiate(ctx, false); err != nil {
-			return r.end(err, memStats{}, nil)
+			return r.fail(err)
 		}
 	}
 	in := s.inst
 	_, body, err := s.request(code, r.limits.MaxOutput)
 	if err != nil {
-		return r.end(err, memStats{}, nil)
+		return r.fail(err)
 	}
 	if r.opts.Stdin != nil {
 		in.userIn = newStdin(ctx, r.opts.Stdin, r.state)
@@ -256,7 +256,7 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 			var out settling
 			defer func() {
 				if p := recover(); p != nil {
-					out.err = fmt.Errorf("sandbox: internal error taking a checkpoint: %v", p)
+					out.err = fmt.Errorf("%w taking a checkpoint: %v", errInternal, p)
 				}
 				done <- out
 				s.g.background.Done()
@@ -297,13 +297,17 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descri
 	// restore): where the kernel tracks the pages written since, only
 	// those are compared; else all are, and tracking starts, before the
 	// comparison, so a page written meanwhile is compared again next time.
+	// Which pages are unpopulated is asked first: tracking marks every
+	// unpopulated page write-protected, and the kernel then reports it
+	// as swapped out, so asked after, none would be, and the comparison
+	// and trimOnce would read (and populate) the whole memory.
 	m := in.mem.mem
 	if pages, ok := m.written(); ok {
 		ck.updateWritten(s.base, m.buf, s.g.deadStack(), pages)
 	} else {
-		m.track()
 		dead := s.g.deadStack()
 		zero := m.unpopulated(dead)
+		m.track()
 		ck.update(s.base, m.buf, dead, zero)
 		m.trimOnce(zero)
 	}

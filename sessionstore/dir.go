@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // lockStripes is how many lock files a directory store has: a record's
@@ -26,11 +28,15 @@ const lockStripes = 64
 // them run.
 //
 // The layout under the root: heads/NAME and leases/NAME (a record: its
-// revision, whether it is live, its value), snapshots/NAME/DIGEST,
-// locks/NN. A removed record stays as a tombstone, so that its revisions
+// revision, whether it is live, its value), snapshots/NAME/ID,
+// locks/NN. Sweep removes orphan snapshots (Options.OrphanAge). A removed record stays as a tombstone, so that its revisions
 // never repeat.
 type Dir struct {
 	root string
+
+	sweepMu sync.Mutex // one Sweep of this Dir at a time
+	heads   walker     // where Sweep goes on in heads/
+	snaps   walker     // and in snapshots/
 }
 
 // OpenDir returns the directory backend rooted at root, creating it
@@ -47,7 +53,9 @@ func OpenDir(root string) (*Dir, error) {
 			return nil, fmt.Errorf("sessionstore: %w", err)
 		}
 	}
-	return &Dir{root: root}, nil
+	return &Dir{root: root,
+		heads: walker{dir: filepath.Join(root, "heads")},
+		snaps: walker{dir: filepath.Join(root, "snapshots")}}, nil
 }
 
 // record is a record file's header: its revision and whether it is live;
@@ -89,12 +97,20 @@ func (d *Dir) Get(ctx context.Context, t Table, key string) ([]byte, uint64, err
 
 // Set implements Backend.
 func (d *Dir) Set(ctx context.Context, t Table, key string, value []byte, rev uint64) (uint64, error) {
-	return d.swap(ctx, t, key, value, rev, true)
+	return d.swap(ctx, t, key, value, rev, true, "")
+}
+
+// setHead is Set of a head pointing to snapshot id, which must still be
+// there: checked under the head's lock, which Sweep holds while it
+// removes the conversation's orphans, so a commit never lands on a
+// snapshot the sweep removed. A missing one is ErrConflict.
+func (d *Dir) setHead(ctx context.Context, key string, value []byte, rev uint64, id string) (uint64, error) {
+	return d.swap(ctx, Heads, key, value, rev, true, id)
 }
 
 // Remove implements Backend.
 func (d *Dir) Remove(ctx context.Context, t Table, key string, rev uint64) error {
-	_, err := d.swap(ctx, t, key, nil, rev, false)
+	_, err := d.swap(ctx, t, key, nil, rev, false, "")
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
@@ -102,8 +118,8 @@ func (d *Dir) Remove(ctx context.Context, t Table, key string, rev uint64) error
 }
 
 // swap writes a record (or its tombstone) if its revision is still rev,
-// holding its lock.
-func (d *Dir) swap(ctx context.Context, t Table, key string, value []byte, rev uint64, live bool) (uint64, error) {
+// and blob (if any) is one of key's snapshots, holding its lock.
+func (d *Dir) swap(ctx context.Context, t Table, key string, value []byte, rev uint64, live bool, blob string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -121,6 +137,15 @@ func (d *Dir) swap(ctx context.Context, t Table, key string, value []byte, rev u
 		return 0, ErrNotFound
 	case !live && rev != 0 && cur != rev, live && !curLive && rev != 0, live && curLive && cur != rev:
 		return 0, fmt.Errorf("%w (revision %d, not %d)", ErrConflict, cur, rev)
+	}
+	if blob != "" {
+		_, err := os.Stat(filepath.Join(d.root, "snapshots", key, blob))
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("%w: its snapshot %s is gone (swept as an orphan: put longer than Options.OrphanAge ago?)", ErrConflict, blob)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("sessionstore: %w", err)
+		}
 	}
 	b := make([]byte, recordHeader, recordHeader+len(value))
 	binary.BigEndian.PutUint64(b, cur+1)
@@ -158,10 +183,17 @@ func (d *Dir) PutBlob(ctx context.Context, key, id string, data []byte) error {
 		return err
 	}
 	dir := filepath.Join(d.root, "snapshots", key)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("sessionstore: %w", err)
+	for try := 0; ; try++ {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("sessionstore: %w", err)
+		}
+		// The directory, if it was empty, may have been removed (by
+		// RemoveBlob or Sweep) between the two: make it again.
+		err := writeFile(filepath.Join(dir, id), data, true)
+		if !errors.Is(err, fs.ErrNotExist) || try == 2 {
+			return err
+		}
 	}
-	return writeFile(filepath.Join(dir, id), data, true)
 }
 
 // GetBlob implements Backend.
@@ -211,15 +243,24 @@ func (d *Dir) Keys(ctx context.Context, t Table) ([]string, error) {
 	return keys, nil
 }
 
-// Close implements Backend; a directory holds nothing open.
-func (d *Dir) Close() error { return nil }
+// Close implements Backend: it closes the directories Sweep reads.
+func (d *Dir) Close() error {
+	d.sweepMu.Lock()
+	defer d.sweepMu.Unlock()
+	d.heads.close()
+	d.snaps.close()
+	return nil
+}
+
+// tmpPrefix begins the name of a file being written, until it is renamed.
+const tmpPrefix = ".tmp-"
 
 // writeFile replaces name with data whole: a temporary file in the same
 // directory, renamed over it; durable, both fsynced.
 func writeFile(name string, data []byte, durable bool) (err error) {
 	var r [8]byte
 	_, _ = rand.Read(r[:])
-	tmp := filepath.Join(filepath.Dir(name), ".tmp-"+hex.EncodeToString(r[:]))
+	tmp := filepath.Join(filepath.Dir(name), tmpPrefix+hex.EncodeToString(r[:]))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("sessionstore: %w", err)
@@ -227,6 +268,9 @@ func writeFile(name string, data []byte, durable bool) (err error) {
 	defer func() {
 		if err != nil {
 			os.Remove(tmp)
+			if isFull(err) {
+				err = fmt.Errorf("%w: %w", ErrFull, err)
+			}
 			err = fmt.Errorf("sessionstore: writing %s: %w", name, err)
 		}
 	}()
@@ -252,4 +296,10 @@ func writeFile(name string, data []byte, durable bool) (err error) {
 		return dir.Sync()
 	}
 	return nil
+}
+
+// isFull reports whether a write failed for want of room: a full disk, a
+// quota, a file size limit.
+func isFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG)
 }

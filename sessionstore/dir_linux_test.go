@@ -26,6 +26,7 @@ func TestDirFull(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.Put(context.Background(), "full", make([]byte, 256<<10))
 		require.ErrorIs(t, err, syscall.EFBIG)
+		require.ErrorIs(t, err, sessionstore.ErrFull)
 		return
 	}
 	ctx := context.Background()

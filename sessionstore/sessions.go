@@ -21,6 +21,8 @@ const (
 	DefaultMaxLive = 16
 	// DefaultHibernateAfter is SessionsOptions.HibernateAfter's default.
 	DefaultHibernateAfter = 10 * time.Second
+	// DefaultSweepEvery is SessionsOptions.SweepEvery's default.
+	DefaultSweepEvery = time.Minute
 )
 
 // SessionsOptions configure Sessions. The zero value gives new and resumed
@@ -36,7 +38,10 @@ type SessionsOptions struct {
 	LeaseTTL time.Duration
 	// MaxLive bounds the sessions kept live between calls, so that a
 	// conversation's next call here skips the resume; 0 means
-	// DefaultMaxLive, a negative value keeps none.
+	// DefaultMaxLive, a negative value keeps none. A process that keeps
+	// none (a command, a function) may end right after a call, so its
+	// calls drop the snapshot they replaced before they return; others
+	// drop it after (Close waits for those).
 	MaxLive int
 	// HibernateAfter hibernates a live session once it had no call for
 	// that long (it then holds only the pages its code changed, and its
@@ -45,6 +50,12 @@ type SessionsOptions struct {
 	// call. Until then it stays awake: its next call starts at once, and
 	// it holds its whole linear memory.
 	HibernateAfter time.Duration
+	// SweepEvery is how often Sessions on a directory store runs a Sweep
+	// (bounded by the store's Options.SweepBatch) on a goroutine of its
+	// own: expired conversations and orphan snapshots go even if no one
+	// loads them again. 0 means DefaultSweepEvery, a negative value never.
+	// Other stores expire records themselves.
+	SweepEvery time.Duration
 }
 
 // Sessions runs the calls of conversations kept in a Store, one call of a
@@ -63,6 +74,10 @@ type Sessions struct {
 	turns  map[string]*turn // the calls of this process waiting for a conversation
 	clock  uint64           // counts kept sessions, to find the least recently used
 	closed bool
+
+	drops sync.WaitGroup // the snapshots being dropped after their call (dropLater)
+
+	stopSweep func() // stops the sweeps, and waits for one in progress
 }
 
 // turn lines up this process's calls of a conversation, so that one at a
@@ -97,7 +112,38 @@ func NewSessions(st Store, py *sandbox.Guest, opts *SessionsOptions) *Sessions {
 	if o.HibernateAfter == 0 {
 		o.HibernateAfter = DefaultHibernateAfter
 	}
-	return &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}, turns: map[string]*turn{}}
+	if o.SweepEvery == 0 {
+		o.SweepEvery = DefaultSweepEvery
+	}
+	c := &Sessions{st: st, py: py, opts: o, live: map[string]*liveSession{}, turns: map[string]*turn{}, stopSweep: func() {}}
+	if s, ok := st.(*store); ok && o.SweepEvery > 0 {
+		if _, ok := s.b.(*Dir); ok {
+			c.stopSweep = sweepEvery(s, o.SweepEvery)
+		}
+	}
+	return c
+}
+
+// sweepEvery sweeps the store's directory every period until stop.
+func sweepEvery(s *store, period time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				sctx, scancel := context.WithTimeout(ctx, sweepTimeout)
+				_, _ = Sweep(sctx, s.b, &s.opts) // best effort: the next one goes on
+				scancel()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // Do runs one call of a conversation: it waits for this process's earlier
@@ -242,8 +288,14 @@ func (c *Sessions) do(ctx context.Context, name string, mode int, run func(ctx c
 	if err != nil {
 		return err
 	}
-	if err := lease.Renew(ctx); err != nil {
-		return err
+	// The commit needs the lease to be held: no one else can have taken
+	// it while more than half of its ttl is left (its expiry is written
+	// by this clock, and takers wait for it to pass); else it is renewed
+	// first, which fails if it was lost.
+	if time.Until(lease.Expires()) < c.opts.LeaseTTL/2 {
+		if err := lease.Renew(ctx); err != nil {
+			return err
+		}
 	}
 	if err := lost(); err != nil {
 		return err
@@ -257,11 +309,34 @@ func (c *Sessions) do(ctx context.Context, name string, mode int, run func(ctx c
 		}
 		return err
 	}
-	if head.Revision != 0 {
-		_ = c.st.Drop(ctx, name, head.Ref) // no head points to it
+	if head.Revision != 0 { // no head points to it
+		if c.opts.MaxLive < 0 {
+			_ = c.st.Drop(ctx, name, head.Ref)
+		} else {
+			c.dropLater(ctx, name, head.Ref)
+		}
 	}
 	keep = c.keep(name, s, next)
 	return nil
+}
+
+// dropTimeout bounds dropping a snapshot after its call.
+const dropTimeout = 30 * time.Second
+
+// dropLater drops a snapshot that no head points to any more, on a
+// goroutine of its own: the call's outcome does not depend on it, and on
+// NATS it is four requests (0.3 ms) the caller would wait for. Close
+// waits for it. One that fails stays, invisible, until the buckets' max
+// age removes it (on a directory, Sweep does once it is older than the
+// store's Options.OrphanAge).
+func (c *Sessions) dropLater(ctx context.Context, name string, ref Ref) {
+	c.drops.Add(1)
+	go func() {
+		defer c.drops.Done()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
+		defer cancel()
+		_ = c.st.Drop(dctx, name, ref)
+	}()
 }
 
 // takeTurn waits for this process's earlier calls of a conversation, in
@@ -488,8 +563,10 @@ func (c *Sessions) isClosed() bool {
 	return c.closed
 }
 
-// Close closes the live sessions; calls in progress close theirs when
-// they end, and later calls fail with ErrClosed. The store stays open.
+// Close closes the live sessions and waits for the snapshots its calls
+// replaced to be dropped from the store; calls in progress close theirs
+// when they end, and later calls fail with ErrClosed. The store stays
+// open.
 func (c *Sessions) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -499,6 +576,8 @@ func (c *Sessions) Close() error {
 	for _, l := range live {
 		l.close()
 	}
+	c.stopSweep()
+	c.drops.Wait()
 	return nil
 }
 

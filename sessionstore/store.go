@@ -39,7 +39,8 @@ var (
 	// ErrNotFound: the conversation has no head (never committed,
 	// deleted, or expired after Options.TTL without a commit).
 	ErrNotFound = errors.New("sessionstore: no such conversation")
-	// ErrConflict: the head moved since it was loaded; nothing was written.
+	// ErrConflict: the head moved since it was loaded, or the snapshot to
+	// commit is gone (swept as an orphan); nothing was written.
 	ErrConflict = errors.New("sessionstore: the conversation's head moved since it was loaded")
 	// ErrBusy: another caller held the conversation's lease for longer
 	// than Options.LeaseWait.
@@ -52,6 +53,9 @@ var (
 	ErrTampered = errors.New("sessionstore: a record failed its integrity check")
 	// ErrBadName: a conversation name outside CheckName's rules.
 	ErrBadName = errors.New("sessionstore: bad conversation name")
+	// ErrFull: the store has no room for a snapshot or record (a full
+	// disk or quota; a NATS bucket at its max bytes); nothing was written.
+	ErrFull = errors.New("sessionstore: the store is full")
 	// ErrUnavailable: the store could not be reached.
 	ErrUnavailable = errors.New("sessionstore: the store is unavailable")
 	// ErrClosed: the store was closed.
@@ -65,6 +69,15 @@ const (
 	DefaultTTL = 24 * time.Hour
 	// DefaultLeaseWait is Options.LeaseWait's default.
 	DefaultLeaseWait = 10 * time.Second
+	// DefaultOrphanAge is Options.OrphanAge's default. A snapshot is put
+	// before its head is committed, so a snapshot no head points to may be
+	// a commit in flight; in Sessions that commit follows the put within
+	// one lease renewal at most, and a call commits only while it holds
+	// its lease (DefaultLeaseTTL, 30 s): an hour is over a hundred times
+	// that window.
+	DefaultOrphanAge = time.Hour
+	// DefaultSweepBatch is Options.SweepBatch's default.
+	DefaultSweepBatch = 1000
 )
 
 // Options configure a Store. The zero value is a trusted store (no key),
@@ -82,6 +95,21 @@ type Options struct {
 	// another caller before ErrBusy; 0 means DefaultLeaseWait, a negative
 	// value does not wait.
 	LeaseWait time.Duration
+	// OrphanAge is how old a snapshot no head points to must be before
+	// Sweep removes it from a directory store (a replica that died after
+	// its put, or before it dropped the snapshot its commit replaced); 0
+	// means DefaultOrphanAge, a negative value never. A commit of a
+	// snapshot swept meanwhile (put longer ago than this) fails with
+	// ErrConflict and writes nothing: the sweep and the commit check the
+	// snapshot under the head's lock. On NATS the snapshots' bucket's max
+	// age removes orphans instead.
+	OrphanAge time.Duration
+	// SweepBatch bounds the work of one Sweep of a directory store: it
+	// examines at most this many heads and this many snapshots, holding a
+	// conversation's lock only while it removes that conversation's
+	// orphans; the next Sweep goes on where it stopped. 0 means
+	// DefaultSweepBatch.
+	SweepBatch int
 }
 
 // Ref is a stored snapshot of a conversation: its content address and the
@@ -130,7 +158,8 @@ type Store interface {
 	Get(ctx context.Context, name string, ref Ref) ([]byte, error)
 	// Commit makes ref the conversation's head if its head is still prev
 	// (prev.Revision 0: the conversation has no head), and returns the new
-	// head; ErrConflict when it moved, and then nothing was written.
+	// head; ErrConflict when it moved, or (on a directory) when Sweep
+	// removed ref's snapshot as an orphan, and then nothing was written.
 	Commit(ctx context.Context, name string, prev Head, ref Ref) (Head, error)
 	// Drop deletes a snapshot no head points to any more.
 	Drop(ctx context.Context, name string, ref Ref) error
@@ -171,6 +200,12 @@ func New(b Backend, opts *Options) (Store, error) {
 	}
 	if o.LeaseWait == 0 {
 		o.LeaseWait = DefaultLeaseWait
+	}
+	if o.OrphanAge == 0 {
+		o.OrphanAge = DefaultOrphanAge
+	}
+	if o.SweepBatch <= 0 {
+		o.SweepBatch = DefaultSweepBatch
 	}
 	o.Key = append([]byte(nil), o.Key...)
 	return &store{b: b, opts: o, now: time.Now}, nil
@@ -258,7 +293,13 @@ func (s *store) Commit(ctx context.Context, name string, prev Head, ref Ref) (He
 	if prev.Revision == 0 || h.Created.IsZero() {
 		h.Created = now
 	}
-	rev, err := s.b.Set(ctx, Heads, name, s.sealHead(name, h), prev.Revision)
+	var rev uint64
+	var err error
+	if d, ok := s.b.(*Dir); ok {
+		rev, err = d.setHead(ctx, name, s.sealHead(name, h), prev.Revision, ref.ID)
+	} else {
+		rev, err = s.b.Set(ctx, Heads, name, s.sealHead(name, h), prev.Revision)
+	}
 	if err != nil {
 		return Head{}, fmt.Errorf("sessionstore: committing %q: %w", name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/afero"
@@ -79,13 +80,37 @@ func toErrno(err error) sys.Errno {
 }
 
 // isPathEscape reports whether err is os.Root's refusal of a path that
-// leads out of its directory ("path escapes from parent"), which os does
-// not export.
+// leads out of its directory, by the identity of os's error value.
 func isPathEscape(err error) bool {
+	escapes := errPathEscapes()
+	if escapes == nil {
+		return false
+	}
 	var pe *fs.PathError
-	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
+	if errors.As(err, &pe) && pe.Err == escapes {
 		return true
 	}
 	var le *os.LinkError
-	return errors.As(err, &le) && le.Err != nil && le.Err.Error() == "path escapes from parent"
+	return errors.As(err, &le) && le.Err == escapes
 }
+
+// errPathEscapes is the error os.Root wraps in its refusal of a path that
+// leads out of its directory ("path escapes from parent"), which os does
+// not export: learned once, from a root asked for "..", so that refusals
+// are matched by the value, not its text. nil if no directory could be
+// opened as a root.
+var errPathEscapes = sync.OnceValue(func() error {
+	for _, dir := range []string{os.TempDir(), "/"} {
+		r, err := os.OpenRoot(dir)
+		if err != nil {
+			continue
+		}
+		_, err = r.Lstat("..")
+		r.Close()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return pe.Err
+		}
+	}
+	return nil
+})

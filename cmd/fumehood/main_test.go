@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,11 +17,17 @@ import (
 
 	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
-// fumehood runs the command line in-process.
+// fumehood runs the command line in-process. A command that runs Python
+// (run, repl, mcp) needs the built guest: without it the test is skipped,
+// or fails with $FUMEHOOD_REQUIRE_GUEST set (sandboxtest.Built).
 func fumehood(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	if len(args) > 0 && slices.Contains([]string{"run", "repl", "mcp"}, args[0]) {
+		sandboxtest.Built(t)
+	}
 	var out, errb bytes.Buffer
 	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
@@ -148,6 +155,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestGuestInfo(t *testing.T) {
+	sandboxtest.Built(t)
 	code, out, errs := fumehood(t, "", "guest", "info")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "CPython 3.13.5 for wasm32-wasi")
@@ -161,9 +169,7 @@ func TestGuestInfo(t *testing.T) {
 // TestGuestExportImport exports the built guest with the command line,
 // imports it into a fresh cache directory, and refuses a damaged copy.
 func TestGuestExportImport(t *testing.T) {
-	if _, err := cpython.Built(nil); err != nil {
-		t.Skipf("the built guest is not built: %v", err)
-	}
+	sandboxtest.Built(t)
 	file := filepath.Join(t.TempDir(), "guest.tar")
 	code, _, errs := fumehood(t, "", "guest", "export", file)
 	require.Equal(t, 0, code, errs)
@@ -292,6 +298,7 @@ func TestMain(m *testing.M) {
 // acting as main).
 func subprocess(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
+	sandboxtest.Built(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, args...)
@@ -390,10 +397,8 @@ func TestGuestInfoBuilt(t *testing.T) {
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, errs, "unknown optional part")
 
+	sandboxtest.Built(t)
 	code, out, errs := fumehood(t, "", "guest", "info", "--built")
-	if code != 0 && strings.Contains(errs, "not built") {
-		t.Skip("the CPython guest is not built (make guest-build)")
-	}
 	require.Equal(t, 0, code, errs)
 	for _, want := range []string{"CPython 3.13.5", "python3.13_3.13.5.orig.tar.xz", "sha256:", "OPT=-DNDEBUG -O2", "strip-debug@1, errno@1, fuel@4"} {
 		assert.Contains(t, out, want)

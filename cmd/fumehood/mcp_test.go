@@ -17,12 +17,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // mcpClient starts `fumehood mcp ARGS` as a subprocess (this test binary,
 // acting as main) and connects the SDK's own client to it over stdio.
 func mcpClient(t *testing.T, args ...string) *mcp.ClientSession {
 	t.Helper()
+	sandboxtest.Built(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, append([]string{"mcp"}, args...)...)
@@ -179,6 +182,7 @@ func TestMCPMounts(t *testing.T) {
 // (-32700) and the requests their answers. The garbage used to end the
 // server (exit 125) and every session with it.
 func TestMCPStdioMalformedLine(t *testing.T) {
+	sandboxtest.Built(t)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -186,7 +190,9 @@ func TestMCPStdioMalformedLine(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		err := cmdMCP(ctx, []string{"--max-output", "1KiB"}, inR, outW, io.Discard)
-		outW.CloseWithError(fmt.Errorf("fumehood mcp ended: %v", err)) // no reader waits forever
+		// Neither side waits forever on a server that ended.
+		outW.CloseWithError(fmt.Errorf("fumehood mcp ended: %v", err))
+		inR.CloseWithError(fmt.Errorf("fumehood mcp ended: %v", err))
 		done <- err
 	}()
 	lines := bufio.NewScanner(outR)

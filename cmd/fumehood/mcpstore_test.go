@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 	"github.com/fumehood/fumehood/sessionstore/natsstore/natstest"
 )
 
@@ -25,6 +26,7 @@ import (
 // subprocess and returns its URL and process.
 func mcpHTTPReplica(t *testing.T, args ...string) (*url.URL, *os.Process) {
 	t.Helper()
+	sandboxtest.Built(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, append([]string{"mcp", "--http", "127.0.0.1:0"}, args...)...)

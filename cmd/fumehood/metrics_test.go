@@ -11,12 +11,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // TestMCPMetrics: fumehood mcp --http serves Prometheus metrics at
 // /metrics: runs by kind and stop, their time and fuel, the sessions open
 // and hibernated, the clients, the memory held, and the process's.
 func TestMCPMetrics(t *testing.T) {
+	sandboxtest.Built(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stderr syncBuffer

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // TestEditorKeys: the REPL's line editor moves with the arrow keys, brings
@@ -99,6 +101,7 @@ func interruptUntil(t *testing.T, stderr *syncBuffer, send func()) {
 // cancelled the whole process's context: every later input was cancelled
 // and Ctrl-D no longer exited.)
 func TestReplInterruptStopsTheRunOnly(t *testing.T) {
+	sandboxtest.Built(t)
 	keysR, keysW := io.Pipe()
 	var stdout, stderr syncBuffer
 	sigs := make(chan os.Signal, 1)
@@ -132,6 +135,7 @@ func TestReplInterruptStopsTheRunOnly(t *testing.T) {
 // TestReplSIGINT: the command itself, in a process of its own: SIGINT
 // stops the running code, not the process, and the next input runs.
 func TestReplSIGINT(t *testing.T) {
+	sandboxtest.Built(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, "repl", "--timeout", "60s")

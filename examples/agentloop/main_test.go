@@ -8,9 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 func TestAgentLoop(t *testing.T) {
+	sandboxtest.Built(t)
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out))
 	transcript := out.String()
@@ -21,6 +24,7 @@ func TestAgentLoop(t *testing.T) {
 }
 
 func TestModelGivesUp(t *testing.T) {
+	sandboxtest.Built(t)
 	m := &model{}
 	_, err := m.next("")
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestHostFunc(t *testing.T) {
+	sandboxtest.Built(t)
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out))
 	assert.Equal(t, `apple x3: 135 EUR cents
@@ -30,6 +31,7 @@ not exposed: unknown
 // TestUncaughtCallError: an error from Go that the code does not catch
 // ends the run like any Python exception.
 func TestUncaughtCallError(t *testing.T) {
+	sandboxtest.Built(t)
 	sb, err := newSandbox(sandboxtest.Python(t))
 	require.NoError(t, err)
 	defer sb.Close()
@@ -43,6 +45,7 @@ func TestUncaughtCallError(t *testing.T) {
 }
 
 func TestNoHostCallsNoModule(t *testing.T) {
+	sandboxtest.Built(t)
 	res, err := sandboxtest.Python(t).Run(context.Background(), "import fumehood", nil)
 	require.Error(t, err)
 	assert.Contains(t, string(res.Stderr), "ModuleNotFoundError: No module named 'fumehood'")

@@ -18,6 +18,7 @@ import (
 // TestGoodSlugify is what a test of generated code looks like: one subtest
 // per case, each failing with what the function returned.
 func TestGoodSlugify(t *testing.T) {
+	sandboxtest.Built(t)
 	outs, err := check(context.Background(), sandboxtest.Python(t), goodSlugify, "slugify", slugifyCases)
 	require.NoError(t, err)
 	for i, c := range slugifyCases {
@@ -30,6 +31,7 @@ func TestGoodSlugify(t *testing.T) {
 }
 
 func TestNaiveSlugifyIsCaught(t *testing.T) {
+	sandboxtest.Built(t)
 	outs, err := check(context.Background(), sandboxtest.Python(t), naiveSlugify, "slugify", slugifyCases)
 	require.NoError(t, err)
 	var failed []string
@@ -45,6 +47,7 @@ func TestNaiveSlugifyIsCaught(t *testing.T) {
 // TestHermetic checks what generated code can see: no network, no host
 // files, and clocks and randomness that are the same on every run.
 func TestHermetic(t *testing.T) {
+	sandboxtest.Built(t)
 	const probe = `
 import os, random, time, urllib.request
 
@@ -72,6 +75,7 @@ def probe():
 }
 
 func TestUncheckableCode(t *testing.T) {
+	sandboxtest.Built(t)
 	for name, tc := range map[string]struct {
 		source string
 		want   error  // matched with errors.Is, if not nil
@@ -94,6 +98,7 @@ func TestUncheckableCode(t *testing.T) {
 }
 
 func TestReport(t *testing.T) {
+	sandboxtest.Built(t)
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out))
 	assert.Equal(t, `naive: FAIL punctuation: slugify("Hello, World!") = "hello,-world!", want "hello-world"

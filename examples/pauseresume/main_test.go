@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/sandbox"
+
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 // TestMain lets the test binary play the second process: run re-executes
@@ -28,6 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestPauseResume(t *testing.T) {
+	sandboxtest.Built(t)
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out))
 	m := regexp.MustCompile(`^process (\d+): '3 readings, mean 12.17'
@@ -42,6 +45,7 @@ $`).FindStringSubmatch(out.String())
 }
 
 func TestResumeDamagedSnapshot(t *testing.T) {
+	sandboxtest.Built(t)
 	name := t.TempDir() + "/bad.snap"
 	require.NoError(t, os.WriteFile(name, []byte("not a snapshot"), 0o644))
 	err := resume(context.Background(), &bytes.Buffer{}, name)

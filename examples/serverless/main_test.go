@@ -18,6 +18,7 @@ import (
 )
 
 func TestServerless(t *testing.T) {
+	sandboxtest.Built(t)
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out))
 	assert.Equal(t, `print(sum(range(10)))
@@ -32,6 +33,7 @@ while True: pass
 // TestConcurrentRequests fires requests at once, some of which hit a
 // limit, and checks that each gets its own answer.
 func TestConcurrentRequests(t *testing.T) {
+	sandboxtest.Built(t)
 	ctx := context.Background()
 	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits, nil))
 	defer srv.Close()
@@ -78,6 +80,7 @@ func TestConcurrentRequests(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
+	sandboxtest.Built(t)
 	srv := httptest.NewServer(newMux(sandboxtest.Python(t), defaultLimits, nil))
 	defer srv.Close()
 
@@ -102,6 +105,7 @@ func TestBadRequests(t *testing.T) {
 // TestStatefulTwoInstances: two instances of the function, sharing a
 // store, take turns on one conversation: each continues the other's state.
 func TestStatefulTwoInstances(t *testing.T) {
+	sandboxtest.Built(t)
 	ctx := context.Background()
 	st, err := sessionstore.Open(ctx, t.TempDir(), nil)
 	require.NoError(t, err)

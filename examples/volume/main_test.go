@@ -9,9 +9,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
 func TestVolume(t *testing.T) {
+	sandboxtest.Built(t)
 	dir := t.TempDir()
 	var first, second bytes.Buffer
 	require.NoError(t, run(context.Background(), &first, dir))
@@ -40,6 +43,7 @@ big.bin holds 0 bytes
 
 // TestQuotaCountsExistingFiles: what the host left in the directory counts.
 func TestQuotaCountsExistingFiles(t *testing.T) {
+	sandboxtest.Built(t)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "old.bin"), make([]byte, quota.MaxBytes), 0o644))
 	err := run(context.Background(), &bytes.Buffer{}, dir)

@@ -2,7 +2,6 @@ package cpython_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,15 +15,15 @@ import (
 	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/pipeline"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
-// built skips the test when the guest is not in the default cache.
+// built skips the test when the guest is not in the default cache (fails
+// it with $FUMEHOOD_REQUIRE_GUEST set).
 func built(t *testing.T) cpython.Info {
 	t.Helper()
+	sandboxtest.Built(t)
 	info, err := cpython.Built(nil)
-	if errors.Is(err, cpython.ErrNotBuilt) {
-		t.Skipf("the CPython %s guest is not built (run `%s` or `make guest-build`): %v", cpython.PythonVersion, cpython.BuildCommand, err)
-	}
 	require.NoError(t, err)
 	return info
 }

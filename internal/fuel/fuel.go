@@ -84,6 +84,11 @@ const (
 // or exports GlobalName, such as the output of Instrument.
 var ErrInstrumented = errors.New("fuel: module is already instrumented")
 
+// ErrUnsupported reports a module that uses what the instrumenter does not
+// know how to meter, such as a type section entry that is not a function
+// type.
+var ErrUnsupported = errors.New("fuel: unsupported module")
+
 // Binary encodings used below.
 const (
 	funcType    = 0x60
@@ -234,7 +239,7 @@ func (in *instrumenter) types(m *wasmbin.Module) (uint32, error) {
 	var idx uint32
 	for i := uint32(0); i < n && r.Err == nil; i++ {
 		if form := r.Byte(); form != funcType && r.Err == nil {
-			return 0, fmt.Errorf("fuel: type %d: unsupported form 0x%02x", i, form)
+			return 0, fmt.Errorf("%w: type %d: form 0x%02x", ErrUnsupported, i, form)
 		}
 		start := r.Pos
 		params := r.Count(1)

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/fumehood/fumehood/hostcall"
+	"github.com/fumehood/fumehood/internal/netclient"
 	"github.com/fumehood/fumehood/internal/textcut"
-
 	"github.com/fumehood/fumehood/netpolicy"
 )
 
@@ -117,7 +117,7 @@ func (s *Server) release(c *channel) {
 type run struct {
 	ctx    context.Context
 	calls  int
-	client *netpolicy.Client
+	client *netclient.Client
 }
 
 // Stats counts what one run asked of the server.
@@ -217,7 +217,7 @@ func (s *Server) Begin(ctx context.Context) (end func() Stats, err error) {
 	}
 	r := &run{ctx: ctx}
 	if s.transport != nil {
-		r.client = s.transport.NewClient()
+		r.client = netclient.New(s.transport)
 	}
 	s.run = r
 	return func() Stats {
@@ -413,7 +413,7 @@ func (s *Server) http(r *run, req *request, body []byte) []byte {
 	for _, kv := range req.Headers {
 		h.Add(kv[0], kv[1])
 	}
-	resp, err := r.client.Do(r.ctx, &netpolicy.Request{Method: req.Method, URL: req.URL, Header: h, Body: body})
+	resp, err := r.client.Do(r.ctx, &netclient.Request{Method: req.Method, URL: req.URL, Header: h, Body: body})
 	attrs := []slog.Attr{slog.String("method", clip(req.Method, maxEchoBytes)), slog.String("url", clip(req.URL, maxMessageBytes)),
 		slog.Int("request_bytes", len(body)), slog.Duration("duration", time.Since(start))}
 	if err != nil {

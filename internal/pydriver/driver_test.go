@@ -23,6 +23,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/fumehood/fumehood/guests/cpython"
+	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
@@ -64,11 +65,11 @@ var errFuel = errors.New("out of fuel")
 const wasmEnv = "FUMEHOOD_TEST_PREINIT_WASM"
 
 // loadPreinit compiles the guest once per test binary, skipping the test
-// when the guest is not built.
+// when the guest is not built (failing it with $FUMEHOOD_REQUIRE_GUEST).
 func loadPreinit(t testing.TB) *preinitGuest {
 	t.Helper()
-	if _, err := cpython.Built(nil); errors.Is(err, cpython.ErrNotBuilt) && os.Getenv(wasmEnv) == "" {
-		t.Skipf("the CPython %s guest is not built (run `%s`): %v", cpython.PythonVersion, cpython.BuildCommand, err)
+	if os.Getenv(wasmEnv) == "" {
+		sandboxtest.Built(t)
 	}
 	preinitOnce.Do(func() { preinitG, preinitErr = compilePreinit(context.Background()) })
 	require.NoError(t, preinitErr)

@@ -33,6 +33,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -231,10 +232,11 @@ func Encode(w io.Writer, s *Snapshot) error {
 	// compressed twice, first only to count its bytes, so that it is never
 	// held (a full session's is hundreds of MB). s must not change
 	// meanwhile; the checksum is of the bytes written.
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
+	enc, err := getEncoder()
 	if err != nil {
 		return err
 	}
+	defer encoders.Put(enc)
 	var count countingWriter
 	kept := &keepWriter{max: maxKept}
 	count.w = kept
@@ -278,6 +280,44 @@ func Encode(w io.Writer, s *Snapshot) error {
 	}
 	_, err = w.Write(h.Sum(nil))
 	return err
+}
+
+// encoders and decoders keep zstd coders between snapshots: a new one
+// allocates and clears its window's buffers (4 MiB) on first use, about
+// 0.7 ms of a small session's snapshot and 0.5 ms of its resume. A coder
+// is Reset for each stream, which forgets the last one.
+var (
+	encoders sync.Pool // *zstd.Encoder
+	decoders sync.Pool // *zstd.Decoder
+)
+
+// getEncoder returns an encoder with Encode's options, pooled or new.
+func getEncoder() (*zstd.Encoder, error) {
+	if enc, ok := encoders.Get().(*zstd.Encoder); ok {
+		return enc, nil
+	}
+	return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(maxWindow))
+}
+
+// getDecoder returns a decoder of r that decodes at most maxMemory bytes
+// at once and a window of at most maxWindow, pooled or new.
+func getDecoder(r io.Reader, maxMemory uint64) (*zstd.Decoder, error) {
+	if dec, ok := decoders.Get().(*zstd.Decoder); ok {
+		if err := dec.ResetWithOptions(r, zstd.WithDecoderMaxMemory(maxMemory)); err != nil {
+			dec.Close()
+			return nil, err
+		}
+		return dec, nil
+	}
+	return zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxMemory(maxMemory), zstd.WithDecoderMaxWindow(maxWindow))
+}
+
+// putDecoder lets go of a decoder's stream and pools it.
+func putDecoder(dec *zstd.Decoder) {
+	if dec.Reset(nil) == nil {
+		decoders.Put(dec)
+	}
 }
 
 // compressBody writes the body, compressed with enc, to w: the same
@@ -527,12 +567,11 @@ func streamBody(r io.Reader, h *Header, lim Limits, t Target) error {
 	maxPages := h.MemorySize / PageSize
 	// What the body may hold once decompressed: every page, every file.
 	maxBody := 8 + maxPages*(4+PageSize) + uint64(lim.MaxFileBytes) + uint64(lim.MaxFiles)*(4+1+4+8+4+4096+8)
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxMemory(maxBody+1), zstd.WithDecoderMaxWindow(maxWindow))
+	zr, err := getDecoder(r, maxBody+1)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	defer zr.Close()
+	defer putDecoder(zr)
 	bin := &binReader{r: io.LimitReader(zr, int64(min(maxBody, 1<<62)))}
 	if err := decodeBody(bin, h, maxPages, lim, t); err != nil {
 		return err

@@ -12,10 +12,13 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
 )
 
@@ -38,12 +41,55 @@ func Python(t testing.TB) *sandbox.Guest {
 		python.guest, python.err = sandbox.CompilePython(context.Background(), nil)
 	})
 	if python.err != nil {
-		if errors.Is(python.err, sandbox.ErrGuestNotBuilt) && os.Getenv(RequireEnv) == "" {
-			t.Skipf("sandboxtest: the Python guest is not built (run `make guest-build`, or `go run ./cmd/fumehood guest build`): %v", python.err)
-		}
-		t.Fatalf("sandboxtest: the Python guest is needed (`make guest-build` builds it): %v", python.err)
+		notBuilt(t, python.err)
 	}
 	return python.guest
+}
+
+// Built checks that the Python guest (with the optional parts in with,
+// such as "numpy") is built, without compiling it, for tests that run it
+// another way: the command line, another process. When it is not built it
+// skips the test as Python does, naming the command that builds it (fails
+// it with $FUMEHOOD_REQUIRE_GUEST set); any other error fails it.
+func Built(t testing.TB, with ...string) {
+	t.Helper()
+	if _, err := cpython.Built(&cpython.Options{With: with}); err != nil {
+		notBuilt(t, err)
+	}
+}
+
+// Main runs m's tests and examples, for a package's TestMain, and returns
+// the code to pass to os.Exit:
+//
+//	func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m)) }
+//
+// An example cannot skip itself, so when the Python guest is not built
+// (and $FUMEHOOD_REQUIRE_GUEST is not set) Main skips the package's
+// examples, saying so on stderr; tests skip themselves through Python and
+// Built.
+func Main(m *testing.M) int {
+	if _, err := cpython.Built(nil); errors.Is(err, sandbox.ErrGuestNotBuilt) && os.Getenv(RequireEnv) == "" {
+		flag.Parse()
+		skip := "^Example"
+		if f := flag.Lookup("test.skip"); f != nil {
+			if old := f.Value.String(); old != "" {
+				skip = old + "|" + skip
+			}
+			if err := flag.Set("test.skip", skip); err == nil {
+				fmt.Fprintln(os.Stderr, "sandboxtest: the Python guest is not built: the examples are skipped (run `make guest-build`, or `go run ./cmd/fumehood guest build`)")
+			}
+		}
+	}
+	return m.Run()
+}
+
+// notBuilt skips or fails t for err, an error getting the built guest.
+func notBuilt(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, sandbox.ErrGuestNotBuilt) && os.Getenv(RequireEnv) == "" {
+		t.Skipf("sandboxtest: the Python guest is not built (run `make guest-build`, or `go run ./cmd/fumehood guest build`): %v", err)
+	}
+	t.Fatalf("sandboxtest: the Python guest is needed (`make guest-build` builds it): %v", err)
 }
 
 // PythonSessions is Python: the one Python guest has sessions. It is kept

@@ -4,17 +4,19 @@
 // store bucket for the snapshot bytes, each replicated as the operator
 // chooses. Importing it makes sessionstore.Open handle nats:// URLs:
 //
-//	nats://host:port?heads=fumehood-heads&leases=fumehood-leases&objects=fumehood-snapshots&replicas=3&creds=/path/user.creds
+//	nats://host:port?heads=fumehood-heads&leases=fumehood-leases&objects=fumehood-snapshots&replicas=3&maxbytes=10000000000&creds=/path/user.creds
 //
 // Only the programs that import this package link the NATS client.
 package natsstore
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,6 +54,10 @@ type Options struct {
 	// Timeout bounds a request whose context has no deadline; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
+	// MaxBytes bounds the snapshots' bucket: a snapshot that would take
+	// it past that fails to be stored (sessionstore.ErrFull), and its
+	// call commits nothing. 0 means no bound.
+	MaxBytes int64
 }
 
 // Backend is a sessionstore.Backend on JetStream.
@@ -60,6 +66,10 @@ type Backend struct {
 	heads   jetstream.KeyValue
 	leases  jetstream.KeyValue
 	objects jetstream.ObjectStore
+	// bucket is the objects' bucket, stream its stream, which RemoveBlob
+	// purges the markers of deleted objects from.
+	bucket string
+	stream jetstream.Stream
 }
 
 // New returns the backend on a connection, creating its buckets or
@@ -85,15 +95,15 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	if err != nil {
 		return nil, wrap("connecting to JetStream", err)
 	}
-	b := &Backend{}
+	b := &Backend{bucket: o.Objects}
 	kv := func(name string, ttl time.Duration) (jetstream.KeyValue, error) {
-		_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: name, History: 1, TTL: ttl, Replicas: o.Replicas, Storage: jetstream.FileStorage,
-			Description: "fumehood sessionstore"})
+		err := ensureBucket(ctx, js, "KV_"+name, func() error {
+			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: name, History: 1, TTL: ttl, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+				Description: "fumehood sessionstore"})
+			return err
+		}, func(c *jetstream.StreamConfig) { c.MaxAge, c.Replicas = ttl, o.Replicas })
 		if err != nil {
-			return nil, err
-		}
-		if err := leaderReads(ctx, js, "KV_"+name); err != nil {
 			return nil, err
 		}
 		return js.KeyValue(ctx, name) // a handle that knows reads go to the leader
@@ -109,14 +119,21 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 		// A snapshot is stored before its head: it must not expire first.
 		objectsTTL += time.Minute
 	}
-	b.objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: o.Objects, TTL: objectsTTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
-		Description: "fumehood sessionstore"})
-	if err == nil {
-		err = leaderReads(ctx, js, "OBJ_"+o.Objects)
+	maxBytes := o.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = -1
 	}
+	err = ensureBucket(ctx, js, "OBJ_"+o.Objects, func() error {
+		_, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: o.Objects, TTL: objectsTTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+			MaxBytes: maxBytes, Description: "fumehood sessionstore"})
+		return err
+	}, func(c *jetstream.StreamConfig) { c.MaxAge, c.Replicas, c.MaxBytes = objectsTTL, o.Replicas, maxBytes })
 	if err == nil {
 		b.objects, err = js.ObjectStore(ctx, o.Objects) // a handle that knows
+	}
+	if err == nil {
+		b.stream, err = js.Stream(ctx, "OBJ_"+o.Objects)
 	}
 	if err != nil {
 		return nil, wrap("the objects bucket "+o.Objects, err)
@@ -124,21 +141,38 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	return b, nil
 }
 
-// leaderReads turns off a bucket's direct gets, which any replica answers,
+// ensureBucket makes sure a bucket's stream exists (create makes it),
+// with apply's settings and direct gets off, which any replica answers,
 // possibly behind the leader: a head read from a lagging replica would
 // look unchanged when it moved (the commit's compare-and-swap still
 // catches it, as a conflict), and an object just stored could be missing.
-func leaderReads(ctx context.Context, js jetstream.JetStream, stream string) error {
+//
+// It changes an existing stream's configuration only where it differs,
+// and never turns direct gets on: replicas opening a store at once (a
+// deploy) each made it anew with the client's create-or-update, which
+// turns them on, and a racing create failed with "stream name already
+// in use"; the loser now uses the winner's stream.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, stream string, create func() error, apply func(*jetstream.StreamConfig)) error {
 	st, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err = create(); err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = js.Stream(ctx, stream)
+		}
+	}
 	if err != nil {
 		return err
 	}
 	cfg := st.CachedInfo().Config
-	if !cfg.AllowDirect {
+	want := cfg
+	apply(&want)
+	want.AllowDirect = false
+	if want.MaxAge > 0 && want.Duplicates > want.MaxAge {
+		want.Duplicates = want.MaxAge // the server refuses a window past the max age
+	}
+	if want.MaxAge == cfg.MaxAge && want.Replicas == cfg.Replicas && want.MaxBytes == cfg.MaxBytes && !cfg.AllowDirect {
 		return nil
 	}
-	cfg.AllowDirect = false
-	_, err = js.UpdateStream(ctx, cfg)
+	_, err = js.UpdateStream(ctx, want)
 	return err
 }
 
@@ -163,8 +197,9 @@ func Connect(ctx context.Context, urls string, opts *Options, natsOpts ...nats.O
 }
 
 // openURL opens the backend of a nats:// URL: its query names the buckets
-// (heads, leases, objects), the replicas and a credentials file (creds);
-// the store's TTL is the buckets'.
+// (heads, leases, objects), the replicas, the snapshots' bucket's bound in
+// bytes (maxbytes) and a credentials file (creds); the store's TTL is the
+// buckets'.
 func openURL(ctx context.Context, u *url.URL, so *sessionstore.Options) (sessionstore.Backend, error) {
 	q := u.Query()
 	o := Options{Heads: q.Get("heads"), Leases: q.Get("leases"), Objects: q.Get("objects"), TTL: sessionstore.DefaultTTL}
@@ -173,10 +208,17 @@ func openURL(ctx context.Context, u *url.URL, so *sessionstore.Options) (session
 	}
 	for k := range q {
 		switch k {
-		case "heads", "leases", "objects", "replicas", "creds":
+		case "heads", "leases", "objects", "replicas", "maxbytes", "creds":
 		default:
-			return nil, fmt.Errorf("sessionstore: %s: unknown parameter %q (heads, leases, objects, replicas, creds)", u.Redacted(), k)
+			return nil, fmt.Errorf("sessionstore: %s: unknown parameter %q (heads, leases, objects, replicas, maxbytes, creds)", u.Redacted(), k)
 		}
+	}
+	if m := q.Get("maxbytes"); m != "" {
+		n, err := strconv.ParseInt(m, 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("sessionstore: %s: maxbytes must be a positive number of bytes", u.Redacted())
+		}
+		o.MaxBytes = n
 	}
 	if r := q.Get("replicas"); r != "" {
 		n, err := strconv.Atoi(r)
@@ -200,11 +242,38 @@ func cmp(s, def string) string {
 	return s
 }
 
+// JetStream's error codes for a store without room: a stream at its
+// limits with the discard-new policy (the description says which limit),
+// and the server's or account's storage used up.
+const (
+	errCodeStoreFailed       jetstream.ErrorCode = 10077
+	errCodeStorageExhausted  jetstream.ErrorCode = 10047
+	errCodeResourcesExceeded jetstream.ErrorCode = 10023
+)
+
+// isFull reports whether JetStream refused a write for want of room.
+func isFull(err error) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case errCodeStorageExhausted, errCodeResourcesExceeded:
+		return true
+	case errCodeStoreFailed:
+		return strings.Contains(api.Description, "maximum bytes") || strings.Contains(api.Description, "maximum messages") ||
+			strings.Contains(api.Description, "resources exceeded")
+	}
+	return false
+}
+
 // wrap words a JetStream error in sessionstore's terms.
 func wrap(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case isFull(err):
+		return fmt.Errorf("%w: nats: %s: %w", sessionstore.ErrFull, what, err)
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrObjectNotFound):
 		return sessionstore.ErrNotFound
 	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
@@ -277,13 +346,24 @@ func (b *Backend) GetBlob(ctx context.Context, key, id string) ([]byte, error) {
 	return data, nil
 }
 
-// RemoveBlob implements sessionstore.Backend.
+// RemoveBlob implements sessionstore.Backend: the object store's delete,
+// which marks the object deleted and purges its chunks, then a purge of
+// that marker. Names are never reused (an ID is unique), so the marker
+// guards nothing; left, it held about 750 bytes of the bucket per call
+// until the bucket's max age.
 func (b *Backend) RemoveBlob(ctx context.Context, key, id string) error {
-	err := wrap("removing snapshot "+key+"/"+id, b.objects.Delete(ctx, key+"/"+id))
+	name := key + "/" + id
+	err := wrap("removing snapshot "+name, b.objects.Delete(ctx, name))
 	if errors.Is(err, sessionstore.ErrNotFound) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// The meta subject of the object store's layout (ADR-20):
+	// $O.<bucket>.M.<name in URL-safe base64>.
+	meta := "$O." + b.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+	return wrap("removing the marker of snapshot "+name, b.stream.Purge(ctx, jetstream.WithPurgeSubject(meta)))
 }
 
 // Close closes the connection if Connect dialed it.

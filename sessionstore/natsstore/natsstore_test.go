@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,7 +75,7 @@ func TestOpenURL(t *testing.T) {
 	_, rev, err := b.Get(ctx, sessionstore.Heads, "c")
 	require.NoError(t, err)
 	assert.Equal(t, h.Revision, rev, "the head is in bucket h")
-	for _, q := range []string{"?replicas=0", "?replicas=x", "?bucket=y"} {
+	for _, q := range []string{"?replicas=0", "?replicas=x", "?bucket=y", "?maxbytes=0", "?maxbytes=x"} {
 		_, err := sessionstore.Open(ctx, srv.URL()+q, nil)
 		assert.Error(t, err, q)
 	}
@@ -164,4 +165,116 @@ func TestBucketTTL(t *testing.T) {
 	obss, err := obs.Status(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, time.Hour+time.Minute, obss.TTL())
+}
+
+// TestBucketFull: a snapshot that would take the snapshots' bucket past
+// its max bytes is refused with ErrFull, nothing of it is stored, and the
+// conversation's head and snapshot stay as they were.
+func TestBucketFull(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL()+"?maxbytes=65536", nil)
+	require.NoError(t, err)
+	defer s.Close()
+	ref, err := s.Put(ctx, "c", []byte("state"))
+	require.NoError(t, err)
+	head, err := s.Commit(ctx, "c", sessionstore.Head{}, ref)
+	require.NoError(t, err)
+
+	_, err = s.Put(ctx, "c", make([]byte, 100<<10))
+	require.ErrorIs(t, err, sessionstore.ErrFull)
+	t.Logf("a put past max bytes: %v", err)
+
+	got, err := s.Load(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, head, got)
+	data, err := s.Get(ctx, "c", got.Ref)
+	require.NoError(t, err)
+	assert.Equal(t, "state", string(data))
+	// Nothing of the refused snapshot stayed: one that fits still does.
+	_, err = s.Put(ctx, "c", make([]byte, 50<<10))
+	assert.NoError(t, err)
+}
+
+// TestDropLeavesNothing: snapshots dropped after each commit leave
+// nothing in the snapshots' bucket (no object store delete markers, one
+// per call, which would stay until the bucket's max age): it holds the
+// head's snapshot alone, and nothing once the conversation is deleted.
+func TestDropLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL(), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	var head sessionstore.Head
+	for i := range 20 {
+		ref, err := s.Put(ctx, "c", []byte(fmt.Sprint("state ", i)))
+		require.NoError(t, err)
+		next, err := s.Commit(ctx, "c", head, ref)
+		require.NoError(t, err)
+		if head.Revision != 0 {
+			require.NoError(t, s.Drop(ctx, "c", head.Ref))
+		}
+		head = next
+	}
+	msgs := func() uint64 {
+		nc, err := nats.Connect(srv.URL())
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		st, err := js.Stream(ctx, "OBJ_"+natsstore.DefaultObjects)
+		require.NoError(t, err)
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Msgs
+	}
+	assert.Equal(t, uint64(2), msgs(), "the head's snapshot: its meta and its one chunk")
+	require.NoError(t, s.Delete(ctx, "c"))
+	assert.Zero(t, msgs())
+}
+
+// TestOpenAtOnce: replicas opening a store at the same time (a deploy),
+// the first time its buckets are made, all succeed, and reads stay with
+// the leader whichever made them; a replica opening it later with
+// another TTL and bound changes them.
+func TestOpenAtOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	for round := range 5 {
+		o := &natsstore.Options{Heads: fmt.Sprint("h", round), Leases: fmt.Sprint("l", round), Objects: fmt.Sprint("o", round)}
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				b, err := natsstore.Connect(ctx, srv.URL(), o)
+				if assert.NoError(t, err, "round %d, opener %d", round, i) {
+					b.Close()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	nc, err := nats.Connect(srv.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for _, name := range []string{"KV_h0", "KV_l0", "OBJ_o0"} {
+		st, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		assert.False(t, st.CachedInfo().Config.AllowDirect, name)
+	}
+
+	b, err := natsstore.Connect(ctx, srv.URL(), &natsstore.Options{Heads: "h0", Leases: "l0", Objects: "o0",
+		TTL: time.Hour, MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	b.Close()
+	heads, err := js.Stream(ctx, "KV_h0")
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, heads.CachedInfo().Config.MaxAge)
+	objects, err := js.Stream(ctx, "OBJ_o0")
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour+time.Minute, objects.CachedInfo().Config.MaxAge)
+	assert.Equal(t, int64(1<<20), objects.CachedInfo().Config.MaxBytes)
+	assert.False(t, objects.CachedInfo().Config.AllowDirect)
 }

@@ -1,4 +1,4 @@
-package codetool
+package runtool
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fumehood/fumehood/internal/textcut"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -24,11 +25,11 @@ type GuestInfo struct {
 	Lacks []string
 }
 
-// builtGuest is the GuestInfo of the Python guest `fumehood guest build`
-// makes (without optional parts): what the Instructions and Description
-// constants describe, for callers that cannot probe a guest; Tool's
-// methods describe the guest it runs on.
-var builtGuest = GuestInfo{Version: "3.13.5", Lacks: []string{"ssl", "ctypes"}}
+// BuiltGuest is the GuestInfo of the Python guest `fumehood guest build`
+// makes (without optional parts): what codetool's Instructions and
+// Description constants describe, for callers that cannot probe a guest;
+// a Tool or a server describes the guest it runs on.
+var BuiltGuest = GuestInfo{Version: "3.13.5", Lacks: []string{"ssl", "ctypes"}}
 
 // probeCode prints the guest's version and what it lacks, one line each.
 // It imports nothing that runs much code: find_spec looks modules up
@@ -85,17 +86,17 @@ func Probe(ctx context.Context, py *sandbox.Guest) (GuestInfo, error) {
 	return info, nil
 }
 
-// trunc is Clip without the report.
+// trunc is textcut.Cut without the report.
 func trunc(text string, n int) string {
-	t, _ := Clip(text, n)
+	t, _ := textcut.Cut(text, n)
 	return t
 }
 
 // InstructionsFor says what a sandbox has and lacks, for a model: the
 // guest's Python and what its standard library lacks, the network the
 // policy allows (nil: none), the host directories mounted, and the rules
-// every run follows. Instructions is its text for the built guest with no
-// network and no mounts.
+// every run follows. codetool.Instructions is its text for BuiltGuest with
+// no network and no mounts.
 func InstructionsFor(info GuestInfo, network *netpolicy.Policy, mounts []sandbox.Mount) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Python %s (CPython compiled to WebAssembly) with the standard library only: "+

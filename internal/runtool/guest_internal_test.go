@@ -1,4 +1,4 @@
-package codetool
+package runtool
 
 import (
 	"context"

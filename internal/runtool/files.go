@@ -1,4 +1,4 @@
-package codetool
+package runtool
 
 import (
 	"errors"
@@ -8,6 +8,16 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fumehood/fumehood/internal/textcut"
+)
+
+// maxFiles bounds the files a Result lists, maxImages those it carries the
+// content of, and maxWalk the entries looked at to find them.
+const (
+	maxFiles  = 64
+	maxImages = 8
+	maxWalk   = 20_000
 )
 
 // stamp is what tells a file changed.
@@ -17,8 +27,8 @@ type stamp struct {
 }
 
 // Watch finds the files a run creates or changes under a directory:
-// WatchFiles before the run, Changed after it. Tool.Call uses one for each
-// call; the MCP server too.
+// WatchFiles before the run, Changed after it. codetool's Tool.Call uses
+// one for each call, the MCP server's run tools one for each run.
 type Watch struct {
 	fsys     fs.FS
 	root     string // the directory, as an io/fs name
@@ -29,12 +39,9 @@ type Watch struct {
 // WatchFiles lists the regular files under dir (a guest path, such as
 // "/work") in fsys, a sandbox's or session's Files or any fs.FS whose root
 // is the guest's "/" (at most 20,000 entries looked at), to compare with
-// after a run. Images of at most maxImageBytes (0: DefaultMaxImageBytes)
-// will carry their content.
+// after a run. Images of at most maxImageBytes (at least 1) will carry
+// their content.
 func WatchFiles(fsys fs.FS, dir string, maxImageBytes int) *Watch {
-	if maxImageBytes <= 0 {
-		maxImageBytes = DefaultMaxImageBytes
-	}
 	root := strings.TrimPrefix(path.Join("/", dir), "/")
 	if root == "" {
 		root = "."
@@ -89,7 +96,7 @@ func (w *Watch) Changed() ([]File, error) {
 	files := make([]File, 0, len(names))
 	images := 0
 	for _, p := range names {
-		name, _ := Clip(path.Join("/", p), 1024)
+		name, _ := textcut.Cut(path.Join("/", p), 1024)
 		f := File{Path: name, Size: after[p].size}
 		if imageName(p) {
 			attach := f.Size <= int64(w.maxImage) && images < maxImages

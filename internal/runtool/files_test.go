@@ -1,4 +1,4 @@
-package codetool_test
+package runtool_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/internal/runtool"
 )
 
 // TestWatchFilesOverFS: WatchFiles works on any fs.FS rooted at the
@@ -25,7 +25,7 @@ func TestWatchFilesOverFS(t *testing.T) {
 		"work/same.txt":    {Data: []byte("same"), ModTime: t0},
 		"tmp/elsewhere.md": {Data: []byte("x"), ModTime: t0},
 	}
-	w := codetool.WatchFiles(fsys, "/work", 0)
+	w := runtool.WatchFiles(fsys, "/work", 1<<20)
 	fsys["work/old.txt"] = &fstest.MapFile{Data: []byte("changed"), ModTime: t0.Add(time.Second)}
 	png := tinyPNG(t)
 	fsys["work/plots/p.png"] = &fstest.MapFile{Data: png, ModTime: t0}
@@ -33,17 +33,17 @@ func TestWatchFilesOverFS(t *testing.T) {
 	files, err := w.Changed()
 	require.NoError(t, err)
 	require.Len(t, files, 2)
-	assert.Equal(t, codetool.File{Path: "/work/old.txt", Size: 7}, files[0])
-	assert.Equal(t, codetool.File{Path: "/work/plots/p.png", Size: int64(len(png)), MediaType: "image/png", Data: png}, files[1])
+	assert.Equal(t, runtool.File{Path: "/work/old.txt", Size: 7}, files[0])
+	assert.Equal(t, runtool.File{Path: "/work/plots/p.png", Size: int64(len(png)), MediaType: "image/png", Data: png}, files[1])
 
 	// The root, and a missing directory.
-	w = codetool.WatchFiles(fsys, "/", 0)
+	w = runtool.WatchFiles(fsys, "/", 1<<20)
 	fsys["new.txt"] = &fstest.MapFile{Data: []byte("n")}
 	files, err = w.Changed()
 	require.NoError(t, err)
 	require.Len(t, files, 1)
 	assert.Equal(t, "/new.txt", files[0].Path)
-	files, err = codetool.WatchFiles(fsys, "/missing", 0).Changed()
+	files, err = runtool.WatchFiles(fsys, "/missing", 1<<20).Changed()
 	require.NoError(t, err)
 	assert.Empty(t, files)
 }
@@ -63,7 +63,7 @@ func tinyPNG(t *testing.T) []byte {
 func TestWatchFilesImagesByContent(t *testing.T) {
 	t0 := time.Unix(1e9, 0)
 	fsys := fstest.MapFS{}
-	w := codetool.WatchFiles(fsys, "/work", 1024)
+	w := runtool.WatchFiles(fsys, "/work", 1024)
 	var jpg bytes.Buffer
 	require.NoError(t, jpeg.Encode(&jpg, image.NewRGBA(image.Rect(0, 0, 2, 2)), nil))
 	big := tinyPNG(t)

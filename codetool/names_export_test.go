@@ -1,4 +1,0 @@
-package codetool
-
-// BuiltGuest is builtGuest, for the external tests.
-var BuiltGuest = builtGuest
