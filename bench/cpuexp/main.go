@@ -21,7 +21,10 @@
 // with -root mounted at /py and /py put before every path in -env; built is
 // the guest `fumehood guest build` made (guests/cpython) through
 // sandbox.Compile, its standard library mounted read-only at /usr; numpy
-// is built's variant with numpy (`fumehood guest build --with numpy`).
+// is built's variant with numpy (`fumehood guest build --with numpy`);
+// builtwasm:FILE is built with FILE as the interpreter (another build of
+// the same recipe: flags, patches), its standard library the built one's;
+// builtwasm:FILE?K=V&K=V runs it with that environment.
 package main
 
 import (
@@ -210,6 +213,10 @@ func writeTable(w io.Writer, title string, variants []string, set []cpuset.Progr
 
 func newRunner(ctx context.Context, v string) (runner, func(), error) {
 	kind, file, _ := strings.Cut(v, ":")
+	var venv string
+	if kind == "builtwasm" {
+		file, venv, _ = strings.Cut(file, "?")
+	}
 	switch kind {
 	case "native", "v8", "v8fs":
 		py, err := exec.LookPath("python3")
@@ -261,7 +268,7 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			}
 			return string(res.Stdout), c, nil
 		}, func() { g.Close() }, nil
-	case "fuelwasm", "fuelfs", "built", "numpy":
+	case "fuelwasm", "fuelfs", "built", "numpy", "builtwasm":
 		var wasm []byte
 		var err error
 		var copts *cpython.Options
@@ -288,6 +295,9 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 			return nil, nil, err
 		}
 		scfg := &sandbox.Config{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: -1}}
+		if kind == "builtwasm" {
+			kind = "built"
+		}
 		if kind == "built" {
 			// The built guest's standard library, read-only at /usr, one
 			// copy for every sandbox.
@@ -296,6 +306,15 @@ func newRunner(ctx context.Context, v string) (runner, func(), error) {
 				return nil, nil, err
 			}
 			scfg.Mounts = []sandbox.Mount{{Path: cpython.StdlibMountPath, FS: lib, ReadOnly: true}}
+			if venv != "" {
+				// builtwasm:FILE?K=V&K=V: the variant's own environment
+				// (PYTHONMALLOC=mimalloc, say).
+				scfg.Env = map[string]string{}
+				for _, kv := range strings.Split(venv, "&") {
+					k, v, _ := strings.Cut(kv, "=")
+					scfg.Env[k] = v
+				}
+			}
 		}
 		if kind == "fuelfs" {
 			// The sandbox's root is its own; the build's tree goes at /py,

@@ -40,9 +40,9 @@ type Input struct {
 const PythonVersion = "3.13.5"
 
 // Inputs are the build's pinned inputs. The tarballs are the upstream ones
-// (Debian's .orig files); no Debian patch is applied. CPython bundles
-// mpdecimal (_decimal) and expat (pyexpat), which are built from its own
-// tree.
+// (Debian's .orig files); no Debian patch is applied (CPython gets the few
+// edits of patches.go). CPython bundles mpdecimal (_decimal) and expat
+// (pyexpat), which are built from its own tree.
 var Inputs = []Input{
 	{Package: "python3.13", Version: "3.13.5-2+deb13u5", Suite: "trixie", Kind: Source,
 		File:     "python3.13_3.13.5.orig.tar.xz",

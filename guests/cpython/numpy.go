@@ -78,41 +78,9 @@ var numpySkipModules = map[string]bool{
 	"numpy._core._simd": true, // tests SIMD dispatch, which is off
 }
 
-// sourceEdit is a change made to a source tree before its build: in
-// file, old replaced by new, which must occur n times.
-type sourceEdit struct {
-	file, old, new string
-	n              int
-}
-
-// applyEdits makes edits in the tree at dir.
-func applyEdits(dir string, edits []sourceEdit) error {
-	for _, e := range edits {
-		p := filepath.Join(dir, filepath.FromSlash(e.file))
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if got := strings.Count(string(data), e.old); got != e.n {
-			return fmt.Errorf("source edit of %s: %q occurs %d times, want %d", e.file, e.old, got, e.n)
-		}
-		if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(data), e.old, e.new)), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// editsFlag describes edits for Info.Flags and the cache key.
-func editsFlag(edits []sourceEdit) string {
-	var out []string
-	for _, e := range edits {
-		out = append(out, e.file+": "+strconv.Quote(e.old)+" -> "+strconv.Quote(e.new))
-	}
-	return strings.Join(out, "; ")
-}
-
-// numpySourceEdits are the changes made to numpy's tree before the build.
+// numpySourceEdits are the changes made to numpy's tree before the build,
+// each a file, the text replaced, its replacement and how many times it
+// must occur.
 var numpySourceEdits = []sourceEdit{
 	// npy_cpu.h knows wasm only by emscripten's macro.
 	{"numpy/_core/include/numpy/npy_cpu.h", "#elif defined(__EMSCRIPTEN__)\n", "#elif defined(__EMSCRIPTEN__) || defined(__wasm__)\n", 1},
@@ -175,7 +143,7 @@ func numpyFlags() []string {
 		"numpy: meson " + strings.Join(numpyMesonOptions, " "),
 		"numpy: c_args " + strings.Join(numpyCArgs("$W"), " "),
 		"numpy: cpp_args " + strings.Join(numpyCppArgs("$W"), " "),
-		"numpy: edits " + editsFlag(numpySourceEdits),
+		"numpy: edits " + editFlags(numpySourceEdits),
 		"numpy: exceptions shim: a C++ throw aborts the run",
 	}
 }
@@ -213,7 +181,7 @@ func (b *builder) numpyExtract(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := applyEdits(b.path(numpySrc), numpySourceEdits); err != nil {
+	if err := applyEdits(b.path(numpySrc), "numpy", numpySourceEdits); err != nil {
 		return err
 	}
 	return os.MkdirAll(b.path("numpy-tools"), 0o755)

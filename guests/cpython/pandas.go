@@ -137,7 +137,7 @@ func pandasFlags() []string {
 		"pandas: meson " + strings.Join(pandasMesonOptions, " "),
 		"pandas: c_args " + strings.Join(numpyCArgs("$W"), " "),
 		"pandas: cpp_args " + strings.Join(pandasCppArgs("$W"), " "),
-		"pandas: edits " + editsFlag(pandasSourceEdits),
+		"pandas: edits " + editFlags(pandasSourceEdits),
 	}
 }
 
@@ -163,7 +163,7 @@ func (b *builder) pandasExtract(ctx context.Context) error {
 	if err := b.run(ctx, b.w, nil, "tar", "-xf", b.files["pandas"]); err != nil {
 		return err
 	}
-	if err := applyEdits(b.path(pandasSrc), pandasSourceEdits); err != nil {
+	if err := applyEdits(b.path(pandasSrc), "pandas", pandasSourceEdits); err != nil {
 		return err
 	}
 	return os.WriteFile(b.path(pandasSrc, "_version_meson.py"),

@@ -69,7 +69,7 @@ func TestPandasSourceEdits(t *testing.T) {
 	}
 	out, err := exec.Command("tar", append([]string{"-xf", tarball, "-C", dir}, files...)...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.NoError(t, applyEdits(filepath.Join(dir, pandasSrc), pandasSourceEdits))
+	require.NoError(t, applyEdits(filepath.Join(dir, pandasSrc), "pandas", pandasSourceEdits))
 	h, err := os.ReadFile(filepath.Join(dir, pandasSrc, npDatetimeH))
 	require.NoError(t, err)
 	assert.Contains(t, string(h), "#define is_leapyear pandas_is_leapyear\n")
