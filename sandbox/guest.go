@@ -106,6 +106,7 @@ type Guest struct {
 	python     bool
 	fuel       bool // the guest meters fuel (always, for now)
 	id         string
+	imageID    string       // what the guest's base images depend on: id, and the standard library's digest
 	minMemory  int64        // the memory the guest declares it needs to start
 	stack      stackPointer // where the guest keeps its C stack pointer, if it does
 	closed     atomic.Bool
@@ -158,9 +159,14 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 		return nil, err
 	}
 	info := PythonInfo{Version: l.version, SHA256: l.sha256, With: l.with}
+	// A base image holds the interpreter's state after start-up, which
+	// read the standard library (zipimport's offsets into its zip, the
+	// modules imported): a build that changed only the library needs new
+	// images, so their name depends on its digest too.
+	imageID := info.SHA256 + " " + l.stdlibSHA256
 	var pre *prefetch
 	if dir, err := cache.Dir(opts.CacheDir); err == nil {
-		pre = startPrefetch(baseFileName(dir, info.SHA256, sessionSourceFor(l.with), defaultLayout))
+		pre = startPrefetch(baseFileName(dir, imageID, sessionSourceFor(l.with), defaultLayout))
 	}
 	// The prepared guest is fuel-instrumented by the pipeline (cpython.Steps).
 	g, err := compileMapped(ctx, l.wasm, opts, l.done)
@@ -169,6 +175,7 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 	}
 	g.python = true
 	g.id = info.SHA256
+	g.imageID = imageID
 	g.pyInfo = info
 	g.stdlib = l.stdlib
 	if !pydriver.HasDriver(g.compiled) {
@@ -182,12 +189,13 @@ func CompilePython(ctx context.Context, opts *Options) (*Guest, error) {
 
 // loaded is a Python guest's binary as its provider gave it.
 type loaded struct {
-	wasm    []byte
-	sha256  string
-	version string
-	stdlib  afero.Fs     // the guest's standard library
-	with    []string     // the built guest's optional parts (Info.With)
-	done    func() error // releases wasm when it is a mapping of the cache
+	wasm         []byte
+	sha256       string
+	version      string
+	stdlibSHA256 string       // the standard library tar's digest
+	stdlib       afero.Fs     // the guest's standard library
+	with         []string     // the built guest's optional parts (Info.With)
+	done         func() error // releases wasm when it is a mapping of the cache
 }
 
 // loadBuilt maps the built guest, or its variant with opts.With, from the
@@ -206,7 +214,7 @@ func loadBuilt(ctx context.Context, opts *Options) (l loaded, err error) {
 		}
 		return l, err
 	}
-	l.version, l.with = built.Python, built.With
+	l.version, l.with, l.stdlibSHA256 = built.Python, built.With, built.StdlibSHA256
 	return l, nil
 }
 

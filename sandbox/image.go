@@ -333,9 +333,13 @@ func (g *Guest) cacheBase(file string, b *baseImage, layout []snapshot.Mount) {
 }
 
 // baseFile names the cache file of a layout's base image: it depends on
-// the guest build, the driver and the layout.
+// the guest build (with its standard library), the driver and the layout.
 func (g *Guest) baseFile(layout []snapshot.Mount) string {
-	return baseFileName(g.cacheDir, g.id, g.sessionSource(), layout)
+	id := g.imageID
+	if id == "" {
+		id = g.id
+	}
+	return baseFileName(g.cacheDir, id, g.sessionSource(), layout)
 }
 
 // baseFileName names the cache file of the base image of a guest build

@@ -298,3 +298,18 @@ func TestBaseImageOfRetiredBuildRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestBaseImageNameFollowsTheStandardLibrary: a build that changes only
+// the standard library (the interpreter's digest the same) gets base
+// images of its own; a stale image, whose zipimport offsets point into
+// the old library's zip, failed every session with "bad local file
+// header" until the cache's sessions/ was deleted.
+func TestBaseImageNameFollowsTheStandardLibrary(t *testing.T) {
+	dir := t.TempDir()
+	g := func(imageID string) *Guest { return &Guest{id: "wasm", imageID: imageID, cacheDir: dir, python: true} }
+	a, b := g("wasm stdlib-1").baseFile(defaultLayout), g("wasm stdlib-2").baseFile(defaultLayout)
+	assert.NotEqual(t, a, b)
+	assert.Equal(t, a, g("wasm stdlib-1").baseFile(defaultLayout))
+	assert.Equal(t, (&Guest{id: "wasm", cacheDir: dir}).baseFile(defaultLayout), g("wasm").baseFile(defaultLayout),
+		"a guest without a standard library names images by its id")
+}
