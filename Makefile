@@ -47,7 +47,7 @@ guest-build-numpy: build guest-build-tools
 	$(BIN) guest build --with numpy $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
 	$(BIN) guest info --with numpy
 
-# The variant with pandas 2.2.3 (and numpy) built in (internal/guests/cpython/pandas.go):
+# The variant with pandas 2.2.3 (and numpy) built in (guests/cpython/pandas.go):
 # numpy's two tarballs as above; pandas' source and its pure-Python dependencies
 # come through apt. Debian's python3-pytest and python3-hypothesis run pandas'
 # own tests in the guest (TestPandasTestSuiteSlice) and python3-pandas is the
