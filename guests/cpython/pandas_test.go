@@ -357,7 +357,7 @@ print(json.dumps({"version": pd.__version__, "import_ms": (t1 - t0) * 1e3,
 // python3-pandas (/usr/bin/python3), alternating, in one run, and
 // reports the medians and the ratios sandbox/native:
 //
-//	go test ./internal/guests/cpython -run '^$' -bench Pandas -benchtime 1x
+//	go test ./guests/cpython -run '^$' -bench Pandas -benchtime 1x
 func BenchmarkPandas(b *testing.B) {
 	builtPandas(b)
 	native := os.Getenv("FUMEHOOD_NATIVE_PYTHON")
