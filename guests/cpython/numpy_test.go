@@ -400,31 +400,37 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 			if f.slow && !all {
 				t.Skip("a slow file: FUMEHOOD_NUMPY_TESTS=all runs it")
 			}
-			// pytest's tmp_path asks for the user id (WASI has none;
-			// files are owned by 0) and its capture, faulthandler and
-			// logging plugins duplicate descriptors or open /dev/null
-			// (WASI has neither).
-			args := []string{"-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
-				"--assert=plain", "--rootdir=/pt/numpy-2.2.5", "-o", "addopts=", "-W", "ignore::pytest.PytestUnknownMarkWarning",
-				"-rfE", "--tb=short"}
+			args := []string{"--rootdir=/pt/numpy-2.2.5", "-o", "addopts="}
 			for _, d := range f.deselect {
 				args = append(args, "--deselect", f.file+"::"+d)
 			}
-			args = append(args, "/pt/numpy-2.2.5/"+f.file)
-			quoted := make([]string, len(args))
-			for i, a := range args {
-				quoted[i] = strconv.Quote(a)
-			}
-			prog := "import os, sys\nsys.path.insert(0, \"/pt/site\")\nos.getuid = lambda: 0\nimport pytest\n" +
-				"sys.exit(pytest.main([" + strings.Join(quoted, ", ") + "]))\n"
-			start := time.Now()
-			res, err := s.Exec(context.Background(), nil, "-c", prog)
-			t.Logf("%v, fuel %.3g:\n%s", time.Since(start).Round(time.Second), float64(res.FuelUsed), lastLines(string(res.Stdout), 25))
-			require.NoError(t, err, "stderr: %s", lastLines(string(res.Stderr), 25))
-			assert.Contains(t, lastLines(string(res.Stdout), 1), f.want)
-			assert.NotRegexp(t, `\d+ failed|\d+ errors?\b`, string(res.Stdout))
+			runPytest(t, s, append(args, "/pt/numpy-2.2.5/"+f.file), f.want)
 		})
 	}
+}
+
+// runPytest runs pytest in s with args after the options every slice
+// needs, pytest and what it imports being mounted at /pt/site, and checks
+// that it passed with want on its last line. pytest's tmp_path asks for the
+// user id (WASI has none; files are owned by 0) and its capture,
+// faulthandler and logging plugins duplicate descriptors or open
+// /dev/null (WASI has neither).
+func runPytest(t *testing.T, s *sandbox.Sandbox, args []string, want string) {
+	t.Helper()
+	args = append([]string{"-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
+		"--assert=plain", "-W", "ignore::pytest.PytestUnknownMarkWarning", "-rfE", "--tb=short"}, args...)
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = strconv.Quote(a)
+	}
+	prog := "import os, sys\nsys.path.insert(0, \"/pt/site\")\nos.getuid = lambda: 0\nimport pytest\n" +
+		"sys.exit(pytest.main([" + strings.Join(quoted, ", ") + "]))\n"
+	start := time.Now()
+	res, err := s.Exec(context.Background(), nil, "-c", prog)
+	t.Logf("%v, fuel %.3g:\n%s", time.Since(start).Round(time.Second), float64(res.FuelUsed), lastLines(string(res.Stdout), 25))
+	require.NoError(t, err, "stderr: %s", lastLines(string(res.Stderr), 25))
+	assert.Contains(t, lastLines(string(res.Stdout), 1), want)
+	assert.NotRegexp(t, `\d+ failed|\d+ errors?\b`, string(res.Stdout))
 }
 
 func lastLines(s string, n int) string {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -297,23 +296,8 @@ func TestPandasTestSuiteSlice(t *testing.T) {
 	defer s.Close()
 	for _, f := range pandasTestFiles {
 		t.Run(strings.TrimPrefix(f.file, "pandas/tests/"), func(t *testing.T) {
-			args := []string{"-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
-				"--assert=plain", "--rootdir=/pt/pandas-2.2.3", "-c", "/pt/pandas-2.2.3/pyproject.toml", "-o", "addopts=",
-				"-W", "ignore::pytest.PytestUnknownMarkWarning", "-m", pandasTestMarkers,
-				"-rfE", "--tb=short"}
-			args = append(args, "/pt/pandas-2.2.3/"+f.file)
-			quoted := make([]string, len(args))
-			for i, a := range args {
-				quoted[i] = strconv.Quote(a)
-			}
-			prog := "import os, sys\nsys.path.insert(0, \"/pt/site\")\nos.getuid = lambda: 0\nimport pytest\n" +
-				"sys.exit(pytest.main([" + strings.Join(quoted, ", ") + "]))\n"
-			start := time.Now()
-			res, err := s.Exec(context.Background(), nil, "-c", prog)
-			t.Logf("%v, fuel %.3g:\n%s", time.Since(start).Round(time.Second), float64(res.FuelUsed), lastLines(string(res.Stdout), 25))
-			require.NoError(t, err, "stderr: %s", lastLines(string(res.Stderr), 25))
-			assert.Contains(t, lastLines(string(res.Stdout), 1), f.want)
-			assert.NotRegexp(t, `\d+ failed|\d+ errors?\b`, string(res.Stdout))
+			runPytest(t, s, []string{"--rootdir=/pt/pandas-2.2.3", "-c", "/pt/pandas-2.2.3/pyproject.toml", "-o", "addopts=",
+				"-m", pandasTestMarkers, "/pt/pandas-2.2.3/" + f.file}, f.want)
 		})
 	}
 }
