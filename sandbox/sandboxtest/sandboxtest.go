@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -53,9 +54,25 @@ func Python(t testing.TB) *sandbox.Guest {
 // it with $FUMEHOOD_REQUIRE_GUEST set); any other error fails it.
 func Built(t testing.TB, with ...string) {
 	t.Helper()
-	if _, err := cpython.Built(&cpython.Options{With: with}); err != nil {
+	if err := builtErr(with); err != nil {
 		notBuilt(t, err)
 	}
+}
+
+// built holds, per set of optional parts, whether the guest is built:
+// the manifest is read once per test binary, not at every test.
+var built sync.Map // strings.Join(with, ",") -> error (nil included)
+
+// builtErr is cpython.Built's error for the guest with the parts in with.
+func builtErr(with []string) error {
+	key := strings.Join(with, ",")
+	if v, ok := built.Load(key); ok {
+		err, _ := v.(error)
+		return err
+	}
+	_, err := cpython.Built(&cpython.Options{With: with})
+	built.Store(key, err)
+	return err
 }
 
 // Main runs m's tests and examples, for a package's TestMain, and returns
@@ -68,7 +85,7 @@ func Built(t testing.TB, with ...string) {
 // examples, saying so on stderr; tests skip themselves through Python and
 // Built.
 func Main(m *testing.M) int {
-	if _, err := cpython.Built(nil); errors.Is(err, sandbox.ErrGuestNotBuilt) && os.Getenv(RequireEnv) == "" {
+	if err := builtErr(nil); errors.Is(err, sandbox.ErrGuestNotBuilt) && os.Getenv(RequireEnv) == "" {
 		flag.Parse()
 		skip := "^Example"
 		if f := flag.Lookup("test.skip"); f != nil {
