@@ -23,7 +23,17 @@ type GuestInfo struct {
 	// among ssl, ctypes, lzma, sqlite3, zlib, bz2, multiprocessing and
 	// "time-zone data", in that order.
 	Lacks []string
+	// Packages are the third-party packages code can import (a variant's
+	// optional parts, such as numpy and pandas), as "name version" or,
+	// where the guest records no version, the name alone; in
+	// dataPackages' order.
+	Packages []string
 }
+
+// dataPackages are the import names of the third-party packages a guest
+// variant can hold (guests/cpython's optional parts and what they bring),
+// with their distributions' names, whose metadata gives the version.
+var dataPackages = [][2]string{{"numpy", "numpy"}, {"pandas", "pandas"}, {"matplotlib", "matplotlib"}, {"PIL", "pillow"}}
 
 // BuiltGuest is the GuestInfo of the Python guest `fumehood guest build`
 // makes (without optional parts): what codetool's Instructions and
@@ -31,7 +41,8 @@ type GuestInfo struct {
 // a Tool or a server describes the guest it runs on.
 var BuiltGuest = GuestInfo{Version: "3.13.5", Lacks: []string{"ssl", "ctypes"}}
 
-// probeCode prints the guest's version and what it lacks, one line each.
+// probeCode prints the guest's version, what it lacks and the
+// third-party packages it has, one line each.
 // It imports nothing that runs much code: find_spec looks modules up
 // without running them, and zoneinfo's search path is read from the
 // build's configuration module as sysconfig would (importing sysconfig
@@ -50,11 +61,19 @@ tzpath = [p for p in (os.environ.get("PYTHONTZPATH") or tz or "").split(os.paths
 if u.find_spec("tzdata") is None and not any(os.path.isfile(os.path.join(p, "UTC")) for p in tzpath):
     lacks.append("time-zone data")
 print(",".join(lacks))
+def version(dist):
+    try:
+        from importlib import metadata
+        return " " + metadata.version(dist)
+    except Exception:
+        return ""
+print(",".join(n + version(d) for n, d in PACKAGES if u.find_spec(n) is not None))
 `
 
 var (
 	probed      sync.Map // guest ID → GuestInfo
 	versionLine = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+	packageLine = regexp.MustCompile(`^[A-Za-z]+( [0-9][0-9A-Za-z.+]*)?$`)
 	lackable    = []string{"ssl", "ctypes", "lzma", "sqlite3", "zlib", "bz2", "multiprocessing", "time-zone data"}
 )
 
@@ -68,12 +87,12 @@ func Probe(ctx context.Context, py *sandbox.Guest) (GuestInfo, error) {
 	if v, ok := probed.Load(py.ID()); ok {
 		return v.(GuestInfo), nil
 	}
-	res, err := py.Run(ctx, probeCode, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 30 * time.Second, MaxOutput: 4096}})
+	res, err := py.Run(ctx, strings.Replace(probeCode, "PACKAGES", pyPairs(dataPackages), 1), &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 30 * time.Second, MaxOutput: 4096}})
 	if err != nil {
 		return GuestInfo{}, fmt.Errorf("codetool: probing the guest: %w", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
-	if len(lines) != 2 || !versionLine.MatchString(lines[0]) {
+	lines := strings.Split(strings.TrimSuffix(string(res.Stdout), "\n"), "\n")
+	if len(lines) != 3 || !versionLine.MatchString(lines[0]) {
 		return GuestInfo{}, fmt.Errorf("codetool: probing the guest: unexpected output %q", trunc(string(res.Stdout), 200))
 	}
 	info := GuestInfo{Version: lines[0]}
@@ -82,8 +101,25 @@ func Probe(ctx context.Context, py *sandbox.Guest) (GuestInfo, error) {
 			info.Lacks = append(info.Lacks, n)
 		}
 	}
+	for p := range strings.SplitSeq(lines[2], ",") {
+		name, _, _ := strings.Cut(p, " ")
+		if slices.ContainsFunc(dataPackages, func(d [2]string) bool { return d[0] == name }) && packageLine.MatchString(p) {
+			info.Packages = append(info.Packages, p)
+		}
+	}
 	probed.Store(py.ID(), info)
 	return info, nil
+}
+
+// pyPairs writes pairs as a Python tuple of tuples.
+func pyPairs(pairs [][2]string) string {
+	var b strings.Builder
+	b.WriteString("(")
+	for _, p := range pairs {
+		fmt.Fprintf(&b, "(%q, %q), ", p[0], p[1])
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // trunc is textcut.Cut without the report.
@@ -99,8 +135,13 @@ func trunc(text string, n int) string {
 // no network and no mounts.
 func InstructionsFor(info GuestInfo, network *netpolicy.Policy, mounts []sandbox.Mount) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Python %s (CPython compiled to WebAssembly) with the standard library only: "+
-		"no pip and no third-party packages (no numpy, pandas or matplotlib)", info.Version)
+	if len(info.Packages) == 0 {
+		fmt.Fprintf(&b, "Python %s (CPython compiled to WebAssembly) with the standard library only: "+
+			"no pip and no third-party packages (no numpy, pandas or matplotlib)", info.Version)
+	} else {
+		fmt.Fprintf(&b, "Python %s (CPython compiled to WebAssembly) with the standard library and %s: "+
+			"no pip and no other third-party packages", info.Version, list(info.Packages))
+	}
 	if len(info.Lacks) > 0 {
 		verb := "is"
 		if len(info.Lacks) > 1 {
@@ -126,7 +167,12 @@ func InstructionsFor(info GuestInfo, network *netpolicy.Policy, mounts []sandbox
 		}
 		fmt.Fprintf(&b, "%s (%s)", m.Path, mode)
 	}
-	b.WriteString(". Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped.")
+	b.WriteString(".")
+	if slices.ContainsFunc(info.Packages, func(p string) bool { return strings.HasPrefix(p, "matplotlib") }) {
+		b.WriteString(" Charts: matplotlib draws with its Agg backend; plt.savefig(\"/work/chart.png\") " +
+			"(or .svg) saves one where the result attaches it.")
+	}
+	b.WriteString(" Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped.")
 	return b.String()
 }
 
