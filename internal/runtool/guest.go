@@ -47,7 +47,10 @@ var BuiltGuest = GuestInfo{Version: "3.13.5", Lacks: []string{"ssl", "ctypes"}}
 // without running them, and zoneinfo's search path is read from the
 // build's configuration module as sysconfig would (importing sysconfig
 // itself costs 200 million instructions more).
-const probeCode = `import sys, os, importlib, importlib.util as u
+var probeCode = strings.Replace(probeSource, "PACKAGES", pyPairs(dataPackages), 1)
+
+// probeSource is probeCode with PACKAGES for dataPackages.
+const probeSource = `import sys, os, importlib, importlib.util as u
 print("%d.%d.%d" % sys.version_info[:3])
 lacks = [n for n, m in (("ssl", "_ssl"), ("ctypes", "_ctypes"), ("lzma", "_lzma"), ("sqlite3", "_sqlite3"),
     ("zlib", "zlib"), ("bz2", "_bz2"), ("multiprocessing", "multiprocessing")) if u.find_spec(m) is None]
@@ -87,7 +90,7 @@ func Probe(ctx context.Context, py *sandbox.Guest) (GuestInfo, error) {
 	if v, ok := probed.Load(py.ID()); ok {
 		return v.(GuestInfo), nil
 	}
-	res, err := py.Run(ctx, strings.Replace(probeCode, "PACKAGES", pyPairs(dataPackages), 1), &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 30 * time.Second, MaxOutput: 4096}})
+	res, err := py.Run(ctx, probeCode, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 30 * time.Second, MaxOutput: 4096}})
 	if err != nil {
 		return GuestInfo{}, fmt.Errorf("codetool: probing the guest: %w", err)
 	}
