@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -245,12 +246,24 @@ func (inv *invoker) function(i int) api.Function {
 // upgrade moves it; until then, fallbackStack stands in.
 func stackSize(fn api.Function) int {
 	v := reflect.ValueOf(fn)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return fallbackStack
 	}
-	f := v.Elem().FieldByName("stack")
-	if !f.IsValid() || f.Kind() != reflect.Slice || f.Type().Elem().Kind() != reflect.Uint8 {
+	i, ok := stackFields.Load(v.Type())
+	if !ok {
+		i = -1
+		if t := v.Type().Elem(); t.Kind() == reflect.Struct {
+			if f, ok := t.FieldByName("stack"); ok && len(f.Index) == 1 && f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Uint8 {
+				i = f.Index[0]
+			}
+		}
+		stackFields.Store(v.Type(), i)
+	}
+	if i.(int) < 0 {
 		return fallbackStack
 	}
-	return f.Len()
+	return v.Elem().Field(i.(int)).Len()
 }
+
+// stackFields caches stackSize's field index by type (-1: none).
+var stackFields sync.Map
