@@ -173,7 +173,7 @@ func InstructionsFor(info GuestInfo, network *netpolicy.Policy, mounts []sandbox
 	b.WriteString(".")
 	if slices.ContainsFunc(info.Packages, func(p string) bool { return strings.HasPrefix(p, "matplotlib") }) {
 		b.WriteString(" Charts: matplotlib draws with its Agg backend; plt.savefig(\"/work/chart.png\") " +
-			"(or .svg) saves one where the result attaches it.")
+			"(or .svg) saves one where the result attaches it, and plt.show() saves the open figures as /work/figure-N.png.")
 	}
 	b.WriteString(" Each run is bounded in wall time, CPU (fuel), memory and output; a run that hits a limit is stopped.")
 	return b.String()
