@@ -25,8 +25,9 @@ type GuestInfo struct {
 	Lacks []string
 	// Packages are the third-party packages code can import (a variant's
 	// optional parts, such as numpy and pandas), as "name version" or,
-	// where the guest records no version, the name alone; in
-	// dataPackages' order.
+	// where neither the package's metadata nor the module (if its
+	// pre-initialized image imported it) gives a version, the name alone;
+	// in dataPackages' order.
 	Packages []string
 }
 
@@ -64,13 +65,14 @@ tzpath = [p for p in (os.environ.get("PYTHONTZPATH") or tz or "").split(os.paths
 if u.find_spec("tzdata") is None and not any(os.path.isfile(os.path.join(p, "UTC")) for p in tzpath):
     lacks.append("time-zone data")
 print(",".join(lacks))
-def version(dist):
+def version(name, dist):
     try:
         from importlib import metadata
         return " " + metadata.version(dist)
     except Exception:
-        return ""
-print(",".join(n + version(d) for n, d in PACKAGES if u.find_spec(n) is not None))
+        v = getattr(sys.modules.get(name), "__version__", None)
+        return " " + v if isinstance(v, str) else ""
+print(",".join(n + version(n, d) for n, d in PACKAGES if u.find_spec(n) is not None))
 `
 
 var (
