@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/fumehood
 SNIPPET := import sys, platform; print(f"Hello from CPython {sys.version.split()[0]} on {platform.machine()}, sandboxed:", sum(i * i for i in range(10)))
 
-.PHONY: all build guest guest-build-tools guest-build guest-build-numpy guest-build-pandas demo test vet fuzz soak race bench clean
+.PHONY: all build guest guest-build-tools guest-build guest-build-numpy guest-build-pandas guest-build-matplotlib guest-build-data demo test vet fuzz soak race bench clean
 
 all: build
 
@@ -59,6 +59,23 @@ guest-build-pandas: build guest-build-tools
 		echo "note: install Debian's python3-pytest, python3-hypothesis and python3-pandas to run pandas' tests in the guest and its benchmark"
 	$(BIN) guest build --with pandas $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz)
 	$(BIN) guest info --with pandas
+
+# The variant with matplotlib 3.10.9 (Agg backend; and numpy, Pillow,
+# kiwisolver, contourpy, FreeType, Qhull) built in (guests/cpython/matplotlib.go),
+# and the data variant: numpy, pandas and matplotlib. matplotlib's and
+# kiwisolver's tarballs cannot come through apt: MPL_SOURCES names a directory
+# holding them (see MatplotlibLocalInputs), like NUMPY_SOURCES for numpy's.
+# The C++ runtime with exceptions (internal/cxxrt) is built first if missing.
+MPL_SOURCES ?= $(NUMPY_SOURCES)
+MPL_FLAGS = $(if $(NUMPY_SOURCES),--numpy-source $(NUMPY_SOURCES)/numpy-2.2.5-with-submodules.tar.xz --cython-source $(NUMPY_SOURCES)/cython-3.1.8.tar.xz) \
+	$(if $(MPL_SOURCES),--matplotlib-source $(MPL_SOURCES)/matplotlib-3.10.9.tar.xz --kiwisolver-source $(MPL_SOURCES)/kiwisolver-1.4.9.tar.xz)
+guest-build-matplotlib: build guest-build-tools
+	$(BIN) guest build --with matplotlib $(MPL_FLAGS)
+	$(BIN) guest info --with matplotlib
+
+guest-build-data: build guest-build-tools
+	$(BIN) guest build --with data $(MPL_FLAGS)
+	$(BIN) guest info --with data
 
 # The demo runs on our own CPython 3.13 guest, built first if it is not in the
 # cache (about 10 minutes on 2 cores from an empty cache, no root; the build

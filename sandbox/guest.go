@@ -32,6 +32,7 @@ import (
 
 	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
+	_ "github.com/fumehood/fumehood/internal/cxxrt" // the C++ runtime that variants with C++ exceptions link (guests/cpython.RegisterCxxRuntime)
 	"github.com/fumehood/fumehood/internal/emeh"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/exnref"
@@ -79,8 +80,10 @@ type Options struct {
 	OnRun func(RunEvent)
 	// With asks for the variant of the built guest with these optional
 	// parts compiled in: "numpy" (numpy 2.2.5, built by `fumehood guest
-	// build --with numpy`) or "pandas" (pandas 2.2.3 with numpy, `fumehood
-	// guest build --with pandas`). A variant that is not built is an
+	// build --with numpy`), "pandas" (pandas 2.2.3 with numpy, `fumehood
+	// guest build --with pandas`), "matplotlib" (matplotlib 3.10.9 with
+	// numpy; not working yet, see docs/ARCHITECTURE.md) or "data" (numpy,
+	// pandas and matplotlib). A variant that is not built is an
 	// error matching ErrGuestNotBuilt that names its build command.
 	With []string
 	// ExceptionHandling lets Compile accept a module that uses WebAssembly

@@ -25,16 +25,20 @@ func cmdGuest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+cache.DirEnv+" or the user cache directory)")
 	fs.Bool("built", false, "info: accepted for old scripts (there is one Python guest)")
 	force := fs.Bool("force", false, "build: build again even when the guest is in the cache")
-	with := fs.String("with", "", "build, info: the variant with these optional parts, comma-separated ("+cpython.Numpy+", "+cpython.Pandas+" (implies numpy))")
-	numpySource := fs.String("numpy-source", "", "build --with numpy or pandas: numpy's source tarball (pinned by SHA-256; see NumpyInputs)")
-	cythonSource := fs.String("cython-source", "", "build --with numpy or pandas: Cython's source tarball (pinned by SHA-256)")
+	with := fs.String("with", "", "build, info: the variant with these optional parts, comma-separated ("+cpython.Numpy+", "+cpython.Pandas+" (implies numpy), "+
+		cpython.Matplotlib+" (implies numpy), "+cpython.Data+" (numpy, pandas and matplotlib))")
+	numpySource := fs.String("numpy-source", "", "build --with numpy, pandas, matplotlib or data: numpy's source tarball (pinned by SHA-256; see NumpyInputs)")
+	cythonSource := fs.String("cython-source", "", "build --with numpy, pandas, matplotlib or data: Cython's source tarball (pinned by SHA-256)")
+	mplSource := fs.String("matplotlib-source", "", "build --with matplotlib or data: matplotlib's source tarball (pinned by SHA-256; see MatplotlibLocalInputs)")
+	kiwiSource := fs.String("kiwisolver-source", "", "build --with matplotlib or data: kiwisolver's source tarball (pinned by SHA-256)")
 	if help, err := parse(fs, args[1:]); help || err != nil {
 		return err
 	}
 	switch args[0] {
 	case "build":
 		bopts := &cpython.Options{CacheDir: *cacheDir, Force: *force, Progress: newProgress(stderr).report,
-			With: splitList(*with), Sources: map[string]string{"numpy": *numpySource, "cython": *cythonSource}}
+			With: splitList(*with), Sources: map[string]string{
+				"numpy": *numpySource, "cython": *cythonSource, "matplotlib": *mplSource, "kiwisolver": *kiwiSource}}
 		if !*force {
 			if info, err := cpython.Built(bopts); err == nil {
 				fmt.Fprintf(stderr, "CPython %s is already built: sha256:%s\n", info.Python, info.WasmSHA256)

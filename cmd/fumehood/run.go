@@ -183,8 +183,8 @@ func (c *common) config(stdout, stderr io.Writer) (*sandbox.RunOptions, sandbox.
 
 // withFlag adds the --with flag, which run, repl and mcp share.
 func withFlag(fs *flag.FlagSet) *string {
-	return fs.String("with", "", "the built guest's variant with these optional `PARTS`, comma-separated: numpy, pandas (which implies numpy; build it first: \""+
-		cpython.BuildCommand+" --with numpy\" or \"--with pandas\")")
+	return fs.String("with", "", "the built guest's variant with these optional `PARTS`, comma-separated: numpy, pandas, matplotlib (each implies numpy), data (numpy, pandas and matplotlib); build it first: \""+
+		cpython.BuildCommand+" --with PARTS\"")
 }
 
 // compile compiles the Python guest, or with --with its variant. One that

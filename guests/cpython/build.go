@@ -79,6 +79,14 @@ func Build(ctx context.Context, opts *Options) (Info, error) {
 		return Info{}, fmt.Errorf("cpython: %w", err)
 	}
 	b := &builder{w: work, files: files, jobs: opts.Jobs, toolchain: tcInputs}
+	if needsCxxRuntime(parts) { // optional parts (matplotlib.go)
+		if cxxRuntime == nil {
+			return Info{}, ErrNoCxxRuntime
+		}
+		if b.cxxLibs, err = cxxRuntime.Build(ctx, opts.CacheDir, opts.Progress); err != nil {
+			return Info{}, fmt.Errorf("cpython: the C++ runtime: %w", err)
+		}
+	}
 	if b.jobs <= 0 {
 		b.jobs = runtime.NumCPU()
 	}

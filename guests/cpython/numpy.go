@@ -3,6 +3,7 @@ package cpython
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -345,16 +346,27 @@ func (b *builder) numpyModules() ([]numpyModule, error) {
 
 // mesonBuilds are the build directories of the parts' meson builds.
 func (b *builder) mesonBuilds() []string {
+	dirs := []string{"numpy-build"}
 	if slices.Contains(b.parts, Pandas) {
-		return []string{"numpy-build", "pandas-build"}
+		dirs = append(dirs, "pandas-build")
 	}
-	return []string{"numpy-build"}
+	if slices.Contains(b.parts, Matplotlib) {
+		dirs = append(dirs, "contourpy-build", "matplotlib-build", "mpl-direct")
+	}
+	return dirs
 }
 
-// modulesIn lists the extension modules of the meson build in root.
+// modulesIn lists the extension modules of the meson build in root. A
+// module's name is its path where meson installs it, relative to the
+// package directory (matplotlib builds its modules in src/), or else its
+// path in root.
 func (b *builder) modulesIn(root string) ([]numpyModule, error) {
+	installed, err := mesonInstalled(root)
+	if err != nil {
+		return nil, err
+	}
 	var mods []numpyModule
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -362,6 +374,9 @@ func (b *builder) modulesIn(root string) ([]numpyModule, error) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, p)
+		if to, ok := installed[p]; ok {
+			rel = to
+		}
 		base, _, _ := strings.Cut(filepath.Base(rel), ".")
 		name := strings.ReplaceAll(filepath.ToSlash(filepath.Join(filepath.Dir(rel), base)), "/", ".")
 		if numpySkipModules[name] {
@@ -375,6 +390,30 @@ func (b *builder) modulesIn(root string) ([]numpyModule, error) {
 		return nil
 	})
 	return mods, err
+}
+
+// mesonInstalled maps the files of the meson build in root to where meson
+// installs them, relative to the Python package directory (for files
+// installed there). A build without meson's record maps nothing.
+func mesonInstalled(root string) (map[string]string, error) {
+	data, err := os.ReadFile(filepath.Join(root, "meson-info", "intro-installed.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var all map[string]string
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, fmt.Errorf("%s: %w", root, err)
+	}
+	out := map[string]string{}
+	for from, to := range all {
+		if _, rel, ok := strings.Cut(to, "/site-packages/"); ok {
+			out[from] = rel
+		}
+	}
+	return out, nil
 }
 
 // numpyLink registers numpy's extension modules as built-in modules under
@@ -434,20 +473,32 @@ func (b *builder) numpyLink(ctx context.Context) error {
 	if err := os.WriteFile(cfg, []byte(src), 0o644); err != nil {
 		return err
 	}
-	cxa := b.path("numpy-tools", "numpy_cxa.c")
-	if err := os.WriteFile(cxa, []byte(numpyCxa), 0o644); err != nil {
+	// The C++ runtime: with exceptions (internal/cxxrt) for parts that
+	// need it, with setjmp and longjmp on top of it (FreeType's); else
+	// Debian's, without, and the exceptions shim.
+	rt, rtName := numpyCxa, "numpy_cxa"
+	if b.cxxLibs != nil {
+		rt, rtName = sjljRuntime, "sjlj"
+	}
+	rtSrc := b.path("numpy-tools", rtName+".c")
+	if err := os.WriteFile(rtSrc, []byte(rt), 0o644); err != nil {
 		return err
 	}
 	cc := strings.Fields(b.cc())
 	args := append(cc[1:], strings.Fields(b.depFlags())...)
-	args = append(args, "-c", cxa, "-o", b.path("numpy-tools", "numpy_cxa.o"))
+	args = append(args, "-c", rtSrc, "-o", b.path("numpy-tools", rtName+".o"))
 	if err := b.run(ctx, b.path("numpy-tools"), nil, cc[0], args...); err != nil {
 		return err
 	}
+	link = append(link, b.path("numpy-tools", rtName+".o"))
+	if b.cxxLibs != nil {
+		link = append(link, b.cxxLibs...)
+	} else {
+		link = append(link, "-L"+b.toolchainDir(llvmDir, "lib", "wasm32-wasi"), "-lc++", "-lc++abi")
+	}
 	// numpy parses and prints long double (IEEE quad on wasm32), which
 	// wasi-libc keeps in a library of its own.
-	link = append(link, b.path("numpy-tools", "numpy_cxa.o"), "-L"+b.toolchainDir(llvmDir, "lib", "wasm32-wasi"), "-lc++", "-lc++abi",
-		"-lc-printscan-long-double")
+	link = append(link, "-lc-printscan-long-double")
 	// The relink keeps the cross build's stack and initial memory
 	// (stackLDFlags), which make takes from its command line only.
 	return b.run(ctx, b.path("cross"), nil, "make", "python.wasm",

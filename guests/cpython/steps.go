@@ -29,6 +29,7 @@ type builder struct {
 	tcVersion string  // clang's version line (unpackToolchain)
 	logs      int
 	parts     []string // the optional parts built in (Options.With, implied ones added)
+	cxxLibs   []string // the C++ runtime with exceptions, for parts that need it
 }
 
 type buildStep struct {

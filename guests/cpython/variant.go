@@ -19,8 +19,20 @@ import (
 
 // knownParts are the optional parts, each with the parts it implies.
 var knownParts = map[string][]string{
-	Numpy:  nil,
-	Pandas: {Numpy},
+	Numpy:      nil,
+	Pandas:     {Numpy},
+	Matplotlib: {Numpy},
+}
+
+// partAliases are names that stand for a set of parts: a guest built with
+// one is the guest built with its parts (the same key).
+var partAliases = map[string][]string{
+	Data: {Numpy, Pandas, Matplotlib},
+}
+
+// knownPartNames lists the names Options.With takes, for messages.
+func knownPartNames() string {
+	return fmt.Sprintf("%s, %s, %s, %s (%s)", Numpy, Pandas, Matplotlib, Data, strings.Join(partAliases[Data], " + "))
 }
 
 // parts returns o.With checked, with the parts they imply, sorted and
@@ -31,15 +43,21 @@ func (o *Options) parts() ([]string, error) {
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, p := range o.With {
-		implied, ok := knownParts[p]
-		if !ok {
-			return nil, fmt.Errorf("%w %q (known: %s, %s)", ErrUnknownPart, p, Numpy, Pandas)
+	for _, name := range o.With {
+		names := []string{name}
+		if alias, ok := partAliases[name]; ok {
+			names = alias
 		}
-		for _, q := range append([]string{p}, implied...) {
-			if !seen[q] {
-				seen[q] = true
-				out = append(out, q)
+		for _, p := range names {
+			implied, ok := knownParts[p]
+			if !ok {
+				return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownPart, p, knownPartNames())
+			}
+			for _, q := range append([]string{p}, implied...) {
+				if !seen[q] {
+					seen[q] = true
+					out = append(out, q)
+				}
 			}
 		}
 	}
@@ -62,20 +80,47 @@ func (o *Options) key() (string, error) {
 		Flags      []string
 		AptInputs  []Input  `json:",omitempty"`
 		PartsFlags []string `json:",omitempty"`
-	}{Key(), parts, NumpyInputs, toolchainIDs(numpyToolchainPins), numpyFlags(), nil, nil}
-	if slices.Contains(parts, Pandas) {
-		v.AptInputs, v.PartsFlags = PandasInputs, pandasFlags()
+		CxxRuntime string   `json:",omitempty"`
+	}{Key(), parts, partLocalInputs(parts), toolchainIDs(numpyToolchainPins), numpyFlags(), partInputs(parts), partFlags(parts), ""}
+	if v.CxxRuntime, err = cxxRuntimeKey(parts); err != nil {
+		return "", err
 	}
 	b, _ := json.Marshal(v)
 	return pipeline.Digest(b), nil
 }
 
-// partInputs are the inputs apt fetches for the parts beyond Inputs.
+// partInputs are the inputs apt fetches for the parts beyond Inputs, each
+// once.
 func partInputs(parts []string) []Input {
-	if slices.Contains(parts, Pandas) {
-		return PandasInputs
+	var out []Input
+	seen := map[string]bool{}
+	for _, list := range [][]Input{partList(parts, Pandas, PandasInputs), partList(parts, Matplotlib, MatplotlibInputs)} {
+		for _, in := range list {
+			if !seen[in.Package] {
+				seen[in.Package] = true
+				out = append(out, in)
+			}
+		}
+	}
+	return out
+}
+
+// partList is list if parts has part, else nil.
+func partList[T any](parts []string, part string, list []T) []T {
+	if slices.Contains(parts, part) {
+		return list
 	}
 	return nil
+}
+
+// partLocalInputs are the inputs the parts need that apt cannot fetch.
+func partLocalInputs(parts []string) []LocalInput {
+	return append(append([]LocalInput(nil), NumpyInputs...), partList(parts, Matplotlib, MatplotlibLocalInputs)...)
+}
+
+// partFlags are the flags of the parts beyond numpy's.
+func partFlags(parts []string) []string {
+	return append(partList(parts, Pandas, pandasFlags()), partList(parts, Matplotlib, matplotlibFlags())...)
 }
 
 // partTools are the tools the parts need beyond Tools.
@@ -93,7 +138,7 @@ func localInputs(d dirs, opts *Options, parts []string, files map[string]string)
 	if len(parts) == 0 {
 		return nil
 	}
-	for _, in := range NumpyInputs {
+	for _, in := range partLocalInputs(parts) {
 		cached := filepath.Join(d.sources, in.File)
 		given := opts.Sources[in.Name]
 		if given == "" {
@@ -134,6 +179,9 @@ func (b *builder) withParts(steps []buildStep, parts []string) []buildStep {
 	if slices.Contains(parts, Pandas) {
 		add = append(add, b.pandasSteps()...)
 	}
+	if slices.Contains(parts, Matplotlib) {
+		add = append(add, b.matplotlibSteps()...)
+	}
 	add = append(add, buildStep{"link the extension modules into python.wasm", b.numpyLink})
 	var out []buildStep
 	for _, s := range steps {
@@ -155,12 +203,9 @@ func (b *builder) describeParts(info *Info, opts *Options) error {
 		return err
 	}
 	info.With = parts
-	info.LocalInputs = NumpyInputs
-	info.Flags = append(info.Flags, numpyFlags()...)
-	if slices.Contains(parts, Pandas) {
-		info.Inputs = append(append([]Input(nil), info.Inputs...), PandasInputs...)
-		info.Flags = append(info.Flags, pandasFlags()...)
-	}
+	info.LocalInputs = partLocalInputs(parts)
+	info.Flags = append(append(info.Flags, numpyFlags()...), partFlags(parts)...)
+	info.Inputs = append(append([]Input(nil), info.Inputs...), partInputs(parts)...)
 	mods, err := b.numpyModules()
 	if err != nil {
 		return err

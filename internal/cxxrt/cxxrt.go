@@ -419,3 +419,30 @@ func run(ctx context.Context, dir string, env []string, name string, args ...str
 	}
 	return nil
 }
+
+// Key returns the key of the runtime Build makes, without building it.
+func Key() (string, error) {
+	tcInputs, err := toolchainInputs()
+	if err != nil {
+		return "", err
+	}
+	return key(append(tcInputs, Source)), nil
+}
+
+// guestRuntime is the runtime as guests/cpython's variants with C++
+// exceptions (matplotlib's) link it.
+type guestRuntime struct{}
+
+func (guestRuntime) Key() (string, error) { return Key() }
+
+func (guestRuntime) Build(ctx context.Context, cacheDir string, progress func(cache.Progress)) ([]string, error) {
+	rt, err := Build(ctx, &Options{CacheDir: cacheDir, Progress: progress})
+	if err != nil {
+		return nil, err
+	}
+	return rt.LinkArgs(), nil
+}
+
+// The guest build cannot import this package (it imports the guest
+// build's pins): it is given the runtime when this package is linked in.
+func init() { cpython.RegisterCxxRuntime(guestRuntime{}) }

@@ -1,0 +1,89 @@
+package cpython
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fumehood/fumehood/internal/cache"
+)
+
+// fakeRuntime stands in for internal/cxxrt, which this package's own
+// tests cannot import.
+type fakeRuntime string
+
+func (f fakeRuntime) Key() (string, error) { return string(f), nil }
+
+func (fakeRuntime) Build(context.Context, string, func(cache.Progress)) ([]string, error) {
+	return nil, nil
+}
+
+// TestMatplotlibVariantKey: matplotlib implies numpy; data stands for
+// numpy, pandas and matplotlib and has their key; the C++ runtime's key is
+// part of the key; numpy's and pandas' keys do not depend on it.
+func TestMatplotlibVariantKey(t *testing.T) {
+	old := cxxRuntime
+	t.Cleanup(func() { cxxRuntime = old })
+	cxxRuntime = nil
+	numpy, err := (&Options{With: []string{Numpy}}).key()
+	require.NoError(t, err)
+	pandas, err := (&Options{With: []string{Pandas}}).key()
+	require.NoError(t, err)
+	_, err = (&Options{With: []string{Matplotlib}}).key()
+	require.ErrorIs(t, err, ErrNoCxxRuntime)
+
+	RegisterCxxRuntime(fakeRuntime("rt1"))
+	numpy2, err := (&Options{With: []string{Numpy}}).key()
+	require.NoError(t, err)
+	pandas2, err := (&Options{With: []string{Pandas}}).key()
+	require.NoError(t, err)
+	assert.Equal(t, numpy, numpy2)
+	assert.Equal(t, pandas, pandas2)
+	mpl, err := (&Options{With: []string{Matplotlib}}).key()
+	require.NoError(t, err)
+	parts, err := (&Options{With: []string{Matplotlib}}).parts()
+	require.NoError(t, err)
+	assert.Equal(t, []string{Matplotlib, Numpy}, parts)
+	assert.NotEqual(t, numpy, mpl)
+
+	data, err := (&Options{With: []string{Data}}).key()
+	require.NoError(t, err)
+	all, err := (&Options{With: []string{Pandas, Matplotlib, Numpy}}).key()
+	require.NoError(t, err)
+	assert.Equal(t, all, data)
+	parts, err = (&Options{With: []string{Data}}).parts()
+	require.NoError(t, err)
+	assert.Equal(t, []string{Matplotlib, Numpy, Pandas}, parts)
+	// pandas' and matplotlib's inputs share python-dateutil and six.
+	in := partInputs(parts)
+	seen := map[string]int{}
+	for _, i := range in {
+		seen[i.Package]++
+	}
+	assert.Equal(t, 1, seen["python3-dateutil"])
+	assert.Equal(t, 1, seen["python3-six"])
+	assert.Len(t, in, len(PandasInputs)+len(MatplotlibInputs)-2)
+
+	RegisterCxxRuntime(fakeRuntime("rt2"))
+	mpl2, err := (&Options{With: []string{Matplotlib}}).key()
+	require.NoError(t, err)
+	assert.NotEqual(t, mpl, mpl2, "another C++ runtime, another guest")
+}
+
+// TestMplExcluded: the bundle keeps matplotlib's Python files and data
+// (fonts, matplotlibrc) and leaves out tests, stubs and sources.
+func TestMplExcluded(t *testing.T) {
+	for rel, want := range map[string]bool{
+		"pyplot.py":                          false,
+		"mpl-data/fonts/ttf/DejaVuSans.ttf":  false,
+		"mpl-data/matplotlibrc":              false,
+		"tests/test_axes.py":                 true,
+		"pyplot.pyi":                         true,
+		"src/_backend_agg.cpp":               true,
+		"backends/__pycache__/x.cpython.pyc": true,
+	} {
+		assert.Equal(t, want, mplExcluded(rel), rel)
+	}
+}
