@@ -208,6 +208,11 @@ var mplSourceEdits = []sourceEdit{
 	// not; the tree is git archive's, without the metadata it reads.
 	{"meson.build", "  version: run_command(\n    # Also keep version in sync with pyproject.toml.\n    find_program('python3', 'python', version: '>= 3.10'),\n    '-m', 'setuptools_scm', check: true).stdout().strip(),\n",
 		"  version: '" + MatplotlibVersion + "',\n", 1},
+	// The standard library is a zip, which open() cannot read:
+	// matplotlib's data (matplotlibrc, fonts, styles) is kept as files
+	// under /usr/share (mplPython).
+	{"lib/matplotlib/__init__.py", "    return str(Path(__file__).with_name(\"mpl-data\"))\n",
+		"    return " + strconv.Quote(mplDataPath) + "\n", 1},
 	// The Tk backend's module finds Tcl/Tk by loading libraries at run
 	// time, which WASI cannot: not built.
 	// (and mplEnumEdits)
@@ -340,6 +345,13 @@ func (b *builder) mplExtract(ctx context.Context) error {
 	return os.WriteFile(b.path(kiwiSrc, "py", "src", "version.h"),
 		[]byte("#pragma once\n#define PY_KIWI_VERSION \""+KiwisolverVersion+"\"\n"), 0o644)
 }
+
+// shareDir holds files the standard-library step packs under /usr/share
+// in the guest, outside the zip.
+const shareDir = "share"
+
+// mplDataPath is where matplotlib's mpl-data is in the guest.
+const mplDataPath = "/usr/share/matplotlib/mpl-data"
 
 // KiwisolverVersion is the kiwisolver version built into the matplotlib
 // variant.
@@ -571,7 +583,16 @@ func (b *builder) mplPython(ctx context.Context) error {
 			return err
 		}
 	}
-	return copyFile(filepath.Join(site[0], "pylab.py"), filepath.Join(dst, "pylab.py"))
+	if err := copyFile(filepath.Join(site[0], "pylab.py"), filepath.Join(dst, "pylab.py")); err != nil {
+		return err
+	}
+	// mpl-data goes under /usr/share (mplDataPath), out of the zip.
+	data := filepath.Join(dst, "matplotlib", "mpl-data")
+	share := b.path(shareDir, "matplotlib")
+	if err := os.MkdirAll(share, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(data, filepath.Join(share, "mpl-data"))
 }
 
 // CxxRuntime is the C++ runtime with exceptions (internal/cxxrt) that the

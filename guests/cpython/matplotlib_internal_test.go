@@ -2,6 +2,10 @@ package cpython
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -85,5 +89,35 @@ func TestMplExcluded(t *testing.T) {
 		"backends/__pycache__/x.cpython.pyc": true,
 	} {
 		assert.Equal(t, want, mplExcluded(rel), rel)
+	}
+}
+
+// TestMplSourceEdits applies matplotlib's and contourpy's edits to their
+// tarballs (in the cache's sources directory after a build): each edit's
+// text occurs as often as it says.
+func TestMplSourceEdits(t *testing.T) {
+	d, err := (&Options{}).dirs()
+	require.NoError(t, err)
+	for _, c := range []struct {
+		tarball, src string
+		edits        []sourceEdit
+	}{
+		{MatplotlibLocalInputs[0].File, mplSrc, append(mplSourceEdits, mplEnumEdits...)},
+		{MatplotlibInputs[3].File, contourpySrc, contourpySourceEdits},
+	} {
+		tarball := filepath.Join(d.sources, c.tarball)
+		if _, err := os.Stat(tarball); err != nil {
+			t.Skipf("%s is not in the cache: %v", c.tarball, err)
+		}
+		dir := t.TempDir()
+		var files []string
+		for _, e := range c.edits {
+			if f := c.src + "/" + e.file; !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+		out, err := exec.Command("tar", append([]string{"-xf", tarball, "-C", dir}, files...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.NoError(t, applyEdits(filepath.Join(dir, c.src), c.src, c.edits))
 	}
 }

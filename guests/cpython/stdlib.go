@@ -108,6 +108,13 @@ func (b *builder) stdlib(ctx context.Context) error {
 	if err := tarTree(tw, b.path("tz", "usr", "share", "zoneinfo"), "share/zoneinfo"); err != nil {
 		return err
 	}
+	// Data that packages open as files, which the zip cannot hold
+	// (matplotlib's mpl-data, see mplPython).
+	if _, err := os.Stat(b.path(shareDir)); err == nil {
+		if err := tarTree(tw, b.path(shareDir), "share"); err != nil {
+			return err
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
