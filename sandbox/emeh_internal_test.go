@@ -87,7 +87,7 @@ func invokeResultModule() []byte {
 	m = append(m, sec(wasmbin.SectionMemory, []byte{0, 1})...)
 	m = append(m, sec(wasmbin.SectionExport, append(name("_start"), 0, 5), append(name("memory"), 2, 0))...)
 	m = append(m, sec(wasmbin.SectionElement, []byte{0, 0x41, 0, 0x0B, 2, 3, 4})...)
-	data := []byte{0, 0x41, 8, 0x0B, 4, 42, 0, 0, 0} // 42 at address 8
+	data := []byte{0, 0x41, 8, 0x0B, 4, 42, 0, 0, 0}                     // 42 at address 8
 	big := wasmbin.AppendS64([]byte{0x42}, int64(-0x2152411100000000+5)) // i64.const 0xDEADBEEF00000005
 	m = append(m, sec(wasmbin.SectionCode,
 		body(big...),
