@@ -5,6 +5,7 @@ import (
 	"context"
 	"image/png"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,4 +121,64 @@ func TestDataSessionSnapshotFork(t *testing.T) {
 		w, h := pngSize(t, data)
 		assert.Equal(t, [2]int{600, 400}, [2]int{w, h}, name)
 	}
+}
+
+// cppThrow calls matplotlib's C++ (pybind11) with points of the wrong
+// shape 200 times: each call throws a C++ exception, which pybind11
+// catches and raises as ValueError. Then a chart still renders.
+const cppThrow = `
+import numpy as np
+from matplotlib import _path
+from matplotlib.path import Path
+import matplotlib.pyplot as plt
+p = Path([[0, 0], [1, 0], [1, 1]])
+kinds = set()
+for i in range(200):
+    try:
+        _path.points_in_path(np.zeros((5, 3)), 0.0, p, None)
+    except Exception as e:
+        kinds.add(type(e).__name__)
+print(sorted(kinds))
+print(_path.points_in_path(np.array([[0.9, 0.1], [0.1, 0.9]]), 0.0, p, None).tolist())
+fig = plt.figure(figsize=(2, 2))
+plt.plot([0, 1], [1, 0])
+fig.savefig("/work/after.png")
+`
+
+// TestDataLimitsInCpp: a C++ exception thrown and caught inside matplotlib
+// neither disturbs fuel (the same run uses the same fuel, run after run)
+// nor the run's outcome; a render too long for its fuel or its deadline
+// is stopped, and the session goes on.
+func TestDataLimitsInCpp(t *testing.T) {
+	py := dataGuest(t)
+	ctx := context.Background()
+	var fuel []int64
+	for range 2 {
+		sb, err := py.NewSandbox(&sandbox.Config{Deterministic: true})
+		require.NoError(t, err)
+		res, err := sb.Run(ctx, cppThrow, nil)
+		sb.Close()
+		require.NoError(t, err, "%s", res.Stderr)
+		assert.Equal(t, "['ValueError']\n[True, False]\n", string(res.Stdout))
+		fuel = append(fuel, res.FuelUsed)
+	}
+	assert.Equal(t, fuel[0], fuel[1], "the same run uses the same fuel")
+
+	s, err := py.NewSession(ctx, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Run(ctx, "import numpy as np, matplotlib.pyplot as plt\nx = 1", nil)
+	require.NoError(t, err)
+	render := "fig = plt.figure(figsize=(20, 20), dpi=200)\n" +
+		"for i in range(50): plt.plot(np.random.rand(200000), np.random.rand(200000), 'o')\n" +
+		"fig.savefig('/work/huge.png')"
+	res, err := s.Run(ctx, render, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 2e9}})
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	assert.Equal(t, sandbox.StopFuel, res.Stop)
+	res, err = s.Run(ctx, render, &sandbox.RunOptions{Limits: sandbox.Limits{Timeout: 300 * time.Millisecond}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, sandbox.StopDeadline, res.Stop)
+	res, err = s.Run(ctx, "x + 1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "2", res.Value, "the session goes on from before the stopped runs")
 }
