@@ -1,12 +1,13 @@
 package mcpserver_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/fumehood/fumehood/wasi"
+	"image/png"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +24,7 @@ import (
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/netpolicy"
 	"github.com/fumehood/fumehood/sandbox"
+	"github.com/fumehood/fumehood/wasi"
 )
 
 // pngCode writes a 4×4 red PNG to /work/chart.png and shows its SHA-256.
@@ -354,4 +356,34 @@ func TestRunAttachesImages(t *testing.T) {
 	res := call(t, cs, "session_run", map[string]any{"session_id": id, "code": "1"}, nil)
 	assert.Equal(t, "value: 1\n", text(res))
 	assert.Len(t, res.Content, 1)
+}
+
+// TestRunAttachesMatplotlibChart: on the data variant, a matplotlib chart
+// shown with plt.show() comes back from run_python as MCP image content,
+// a PNG of the size asked for.
+func TestRunAttachesMatplotlibChart(t *testing.T) {
+	parts := []string{"pandas", "matplotlib"}
+	sandboxtest.Built(t, parts...)
+	py, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: parts})
+	require.NoError(t, err)
+	defer py.Close()
+	srv, err := mcpserver.New(py, nil)
+	require.NoError(t, err)
+	defer srv.Close()
+	cs := connect(t, srv)
+	res := call(t, cs, "run_python", map[string]any{"code": "import matplotlib.pyplot as plt\n" +
+		"plt.figure(figsize=(4, 3), dpi=100)\nplt.plot(range(1000))\nplt.show()"}, nil)
+	require.False(t, res.IsError, text(res))
+	var img *mcp.ImageContent
+	for _, c := range res.Content {
+		if i, ok := c.(*mcp.ImageContent); ok {
+			img = i
+		}
+	}
+	require.NotNil(t, img, text(res))
+	assert.Equal(t, "image/png", img.MIMEType)
+	cfg, err := png.DecodeConfig(bytes.NewReader(img.Data))
+	require.NoError(t, err)
+	assert.Equal(t, [2]int{400, 300}, [2]int{cfg.Width, cfg.Height})
+	assert.Contains(t, text(res), "/work/figure-1.png")
 }
