@@ -11,23 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/codetool"
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
 
-// dataParts are the optional parts of the guest the data tests run on:
-// numpy, pandas and matplotlib (`fumehood guest build --with data`).
-var dataParts = []string{"pandas", "matplotlib"}
-
-// dataGuest compiles the data variant, skipping (or failing, with
-// FUMEHOOD_REQUIRE_GUEST) where it is not built.
+// dataGuest compiles the data variant (numpy, pandas and matplotlib:
+// `fumehood guest build --with data`), skipping where it is not built.
 func dataGuest(t *testing.T) *sandbox.Guest {
 	t.Helper()
-	sandboxtest.Built(t, dataParts...)
-	py, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: dataParts})
-	require.NoError(t, err)
-	t.Cleanup(func() { py.Close() })
-	return py
+	return sandboxtest.Variant(t, cpython.Data)
 }
 
 // The calls of an agent doing data work, in one conversation: a CSV made

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/mcpserver"
 	"github.com/fumehood/fumehood/netpolicy"
@@ -362,11 +363,7 @@ func TestRunAttachesImages(t *testing.T) {
 // shown with plt.show() comes back from run_python as MCP image content,
 // a PNG of the size asked for.
 func TestRunAttachesMatplotlibChart(t *testing.T) {
-	parts := []string{"pandas", "matplotlib"}
-	sandboxtest.Built(t, parts...)
-	py, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: parts})
-	require.NoError(t, err)
-	defer py.Close()
+	py := sandboxtest.Variant(t, cpython.Data)
 	srv, err := mcpserver.New(py, nil)
 	require.NoError(t, err)
 	defer srv.Close()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"image/png"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,13 +17,9 @@ import (
 var withMatplotlib = &cpython.Options{With: []string{cpython.Matplotlib}}
 
 // mplGuest compiles the matplotlib variant through the public API,
-// skipping the test when it is not built, or unless
-// $FUMEHOOD_TEST_MATPLOTLIB is set: importing its pybind11 modules crashes
-// the host process today (docs/ARCHITECTURE.md, "The matplotlib and data
-// variants"), which would end the whole test binary.
+// skipping the test when it is not built.
 func mplGuest(t testing.TB) *sandbox.Guest {
 	t.Helper()
-	skipMatplotlib(t)
 	_, err := cpython.Built(withMatplotlib)
 	if errors.Is(err, cpython.ErrNotBuilt) {
 		t.Skipf("the matplotlib variant is not built (run `%s --with matplotlib` or `make guest-build-matplotlib`): %v", cpython.BuildCommand, err)
@@ -144,20 +139,10 @@ plt.close(fig)
 print(by.to_dict())
 `
 
-// skipMatplotlib skips t unless $FUMEHOOD_TEST_MATPLOTLIB is set (see
-// mplGuest).
-func skipMatplotlib(t testing.TB) {
-	t.Helper()
-	if os.Getenv("FUMEHOOD_TEST_MATPLOTLIB") == "" {
-		t.Skip("matplotlib's pybind11 modules crash the host when imported (docs/ARCHITECTURE.md); set FUMEHOOD_TEST_MATPLOTLIB=1 to run")
-	}
-}
-
 // TestDataAgentChart runs agentChart in the data variant (numpy, pandas
 // and matplotlib) in a one-shot run and in a session, across a snapshot
 // and a fork; each PNG decodes with the figure's size.
 func TestDataAgentChart(t *testing.T) {
-	skipMatplotlib(t)
 	data := &cpython.Options{With: []string{cpython.Data}}
 	if _, err := cpython.Built(data); errors.Is(err, cpython.ErrNotBuilt) {
 		t.Skipf("the data variant is not built (run `%s --with data`): %v", cpython.BuildCommand, err)

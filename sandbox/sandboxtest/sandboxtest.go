@@ -117,3 +117,24 @@ func PythonSessions(t testing.TB) *sandbox.Guest {
 	t.Helper()
 	return Python(t)
 }
+
+// Variant compiles the built guest's variant with the optional parts in
+// with (such as "data"), closed at the end of the test. A variant that is
+// not built skips the test, $FUMEHOOD_REQUIRE_GUEST or not: CI builds only
+// the default guest, and each variant is a long build of its own (`fumehood
+// guest build --with ...`).
+func Variant(t testing.TB, with ...string) *sandbox.Guest {
+	t.Helper()
+	if err := builtErr(with); errors.Is(err, sandbox.ErrGuestNotBuilt) {
+		t.Skipf("sandboxtest: the variant with %s is not built (run `%s --with %s`): %v",
+			strings.Join(with, ", "), cpython.BuildCommand, strings.Join(with, ","), err)
+	} else if err != nil {
+		t.Fatalf("sandboxtest: the variant with %s: %v", strings.Join(with, ", "), err)
+	}
+	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: with})
+	if err != nil {
+		t.Fatalf("sandboxtest: compiling the variant with %s: %v", strings.Join(with, ", "), err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
