@@ -39,13 +39,9 @@ const recipeVersion = 1
 
 // Source is the tarball of LLVM 19.1.7's sources (Debian's .orig of
 // llvm-toolchain-19), of which the build uses libcxx, libcxxabi and
-// libunwind.
-var Source = cpython.Input{
-	Package: "llvm-toolchain-19", Version: "1:19.1.7-3~deb12u1", Suite: cpython.ToolchainSuite, Kind: cpython.Source,
-	File:     "llvm-toolchain-19_19.1.7.orig.tar.xz",
-	SHA256:   "ae498f3bc58ae2d9f64ef5f0c035c4240152bf015a5b7738b15c22e93bdc97ce",
-	Upstream: "LLVM 19.1.7 sources (libc++, libc++abi, libunwind)",
-}
+// libunwind: the guest build's own input (its profile runtime comes from
+// compiler-rt).
+var Source = cpython.LLVMSource
 
 // llvmDir is LLVM 19's tree in the unpacked toolchain packages.
 const llvmDir = "usr/lib/llvm-19"
