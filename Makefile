@@ -89,6 +89,7 @@ fuzz:
 		./internal/fuel:FuzzInstrument \
 		./internal/errnoshim:FuzzShim \
 		./internal/exnref:FuzzTranslate \
+		./internal/emeh:FuzzPrepare \
 		./internal/hostchan:FuzzDecodeFrame \
 		./wasi:FuzzResolve:-fuzzminimizetime=5s \
 		./internal/snapshot:FuzzDecode \

@@ -91,6 +91,14 @@ func TestInstructionsFromTheGuest(t *testing.T) {
 	assert.Contains(t, tool.Description(), "only to http(s)://example.com;")
 	assert.Contains(t, runtool.InstructionsFor(runtool.GuestInfo{Version: "3.13.5"}, nil, nil),
 		"(no numpy, pandas or matplotlib). No network")
+
+	// A variant names its packages, and tells how to draw a chart when
+	// it has matplotlib.
+	got = runtool.InstructionsFor(runtool.GuestInfo{Version: "3.13.5", Packages: []string{"numpy 2.2.5", "pandas 2.2.3"}}, nil, nil)
+	assert.Contains(t, got, "with the standard library and numpy 2.2.5 and pandas 2.2.3: no pip and no other third-party packages.")
+	assert.NotContains(t, got, "matplotlib")
+	got = runtool.InstructionsFor(runtool.GuestInfo{Version: "3.13.5", Packages: []string{"numpy", "matplotlib 3.10.9"}}, nil, nil)
+	assert.Contains(t, got, `plt.savefig("/work/chart.png")`)
 }
 
 // TestParseInput: every bad argument is an ErrBadArguments that says what

@@ -419,3 +419,52 @@ print(mymod.X, sys.path.index("/work/lib") < sys.path.index("/work/more") < [i f
 	require.NoError(t, err, "%s", res.Stderr)
 	assert.Equal(t, "6\n", string(res.Stdout))
 }
+
+// TestCompatPyplotShow: plt.show() on the Agg backend saves each open
+// figure to /work/figure-N.png, numbered on across calls, and closes them;
+// with no figure, or another backend, it is matplotlib's own. The
+// matplotlib here is a stand-in with pyplot's names, so the hook is tested
+// on every guest (the data variant's tests run the real one).
+func TestCompatPyplotShow(t *testing.T) {
+	code := `
+import os, sys
+os.makedirs("/tmp/fake/matplotlib", exist_ok=True)
+open("/tmp/fake/matplotlib/__init__.py", "w").write("")
+open("/tmp/fake/matplotlib/pyplot.py", "w").write('''
+backend = "agg"
+figs = {}
+class Figure:
+    def __init__(self, n): self.n = n
+    def savefig(self, path): open(path, "w").write("figure %d" % self.n)
+def figure(num=None):
+    num = num or len(figs) + 1
+    return figs.setdefault(num, Figure(num))
+def get_fignums(): return sorted(figs)
+def get_backend(): return backend
+def close(which): figs.clear()
+def show(*args, **kwargs): print("matplotlib's show", args, kwargs)
+''')
+sys.path.insert(0, "/tmp/fake")
+import matplotlib.pyplot as plt
+plt.figure(); plt.figure()
+plt.show()
+print(sorted(f for f in os.listdir("/work") if f.startswith("figure")), plt.get_fignums())
+print(open("/work/figure-2.png").read())
+plt.figure()
+plt.show()
+plt.show(block=False)
+plt.backend = "tkagg"
+plt.figure()
+plt.show()
+`
+	want := "plt.show(): figure saved to /work/figure-1.png\n" +
+		"plt.show(): figure saved to /work/figure-2.png\n" +
+		"['figure-1.png', 'figure-2.png'] []\n" +
+		"figure 2\n" +
+		"plt.show(): figure saved to /work/figure-3.png\n" +
+		"matplotlib's show () {'block': False}\n" +
+		"matplotlib's show () {}\n"
+	for _, out := range compatRun(t, code) {
+		assert.Equal(t, want, out)
+	}
+}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
+	"github.com/fumehood/fumehood/internal/emeh"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/exnref"
 	"github.com/fumehood/fumehood/internal/fuel"
@@ -84,8 +85,11 @@ type Options struct {
 	With []string
 	// ExceptionHandling lets Compile accept a module that uses WebAssembly
 	// exception handling: C++ built with clang's -fwasm-exceptions (whose
-	// legacy instructions Compile rewrites, see internal/exnref) and a C++
-	// runtime built the same way (internal/cxxrt). It is off by default,
+	// legacy instructions Compile rewrites, see internal/exnref). C++
+	// built with Emscripten-style exceptions (-mllvm
+	// -enable-emscripten-cxx-exceptions, as internal/cxxrt builds it) needs
+	// no option: Compile supports its env.invoke_* imports for every
+	// module, with the bounds docs/SECURITY.md gives. This one is off by default,
 	// and such a module is then an ErrInvalidModule: wazero v1.12's
 	// exception handling is experimental, and each try_table the guest
 	// enters copies the guest's whole call stack on the host (about 8 µs:
@@ -109,6 +113,7 @@ type Guest struct {
 	imageID    string       // what the guest's base images depend on: id, and the standard library's digest
 	minMemory  int64        // the memory the guest declares it needs to start
 	stack      stackPointer // where the guest keeps its C stack pointer, if it does
+	eh         *ehHost      // the guest's C++ invoke functions, if it has any (emeh.go)
 	closed     atomic.Bool
 	bases      baseImages               // session base images, by mount layout
 	cacheDir   string                   // where base images are kept between processes
@@ -219,7 +224,8 @@ func loadBuilt(ctx context.Context, opts *Options) (l loaded, err error) {
 }
 
 // Compile compiles a WASI preview 1 program. The module may import only
-// wasi_snapshot_preview1. Compile instruments it with fuel metering first,
+// wasi_snapshot_preview1, and the env.invoke_* and env.fumehood_unwind
+// functions of C++ exceptions built with internal/cxxrt's runtime. Compile instruments it with fuel metering first,
 // which takes about a second for every 10 MB of code.
 func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	if opts == nil {
@@ -244,7 +250,11 @@ func Compile(ctx context.Context, wasm []byte, opts *Options) (*Guest, error) {
 	} else if exnref.Uses(bounded) {
 		return nil, fmt.Errorf("%w: the module uses exception handling (C++ exceptions): Options.ExceptionHandling enables it", ErrInvalidModule)
 	}
-	shimmed, err := errnoshim.Shim(translated)
+	prepared, err := emeh.Prepare(translated)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	shimmed, err := errnoshim.Shim(prepared)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
@@ -339,9 +349,18 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidModule, err)
 	}
+	eh, err := newEHHost(compiled)
+	if err != nil {
+		return nil, err
+	}
+	if eh != nil {
+		if err = eh.instantiate(ctx, rt, compiled); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
 	for _, f := range compiled.ImportedFunctions() {
 		mod, name, _ := f.Import()
-		if mod != wasi_snapshot_preview1.ModuleName && (mod != fuel.ImportModule || name != fuel.ImportName) {
+		if mod != wasi_snapshot_preview1.ModuleName && (mod != fuel.ImportModule || name != fuel.ImportName) && mod != emeh.ImportModule {
 			return nil, fmt.Errorf("%w: it imports %s.%s, and a sandbox offers only %s", ErrInvalidModule, mod, name, wasi_snapshot_preview1.ModuleName)
 		}
 	}
@@ -353,7 +372,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 	}
 	g = &Guest{
 		rt: rt, compiled: compiled, cache: cache, cacheDir: dir,
-		fuel: true, minMemory: minMem, stack: stack,
+		fuel: true, minMemory: minMem, stack: stack, eh: eh,
 	}
 	g.mems.wg = &g.background
 	return g, nil

@@ -26,6 +26,7 @@ type instance struct {
 
 	fuelGlobal, errnoGlobal api.MutableGlobal
 	stack                   stackPointer
+	inv                     *invoker // nil if the guest has no C++ invokes
 
 	// Set for the current call into the guest.
 	ctx    context.Context
@@ -99,6 +100,7 @@ func (g *Guest) newInstance(ctx context.Context, fscfg wazero.FSConfig, clocks *
 		return nil, fmt.Errorf("sandbox: instantiating the guest: %w", err)
 	}
 	in.mod = mod
+	in.inv = g.newInvoker(mod)
 	in.fuelGlobal, _ = mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
 	in.errnoGlobal, _ = mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)
 	if in.drv, err = pydriver.Attach(mod); err != nil {

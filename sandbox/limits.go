@@ -88,6 +88,10 @@ type runState struct {
 
 	// alarm is the guest's SIGALRM timer, on the guest's goroutine only.
 	alarm alarm
+
+	// invoker runs the C++ invokes of the instance the run is in, if
+	// its guest has any (emeh.go).
+	invoker *invoker
 }
 
 // stop records why the run must end and poisons the fuel so that the guest

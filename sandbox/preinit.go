@@ -56,6 +56,7 @@ func (in *instance) enter(ctx context.Context, r *runState, budget int64, sink *
 		}
 	}()
 	ctx = context.WithValue(ctx, runKey{}, r)
+	r.invoker = in.inv
 	in.ctx, in.run = ctx, r
 	defer func() { in.ctx, in.run = nil, nil }()
 	defer r.supervise(ctx, in.fuelGlobal, in.errnoGlobal, budget, sink)()

@@ -305,6 +305,7 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 		return err
 	}
 	defer mod.Close(context.WithoutCancel(ctx))
+	r.invoker = g.newInvoker(mod)
 
 	fuelGlobal, _ := mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
 	errnoGlobal, _ := mod.ExportedGlobal(errnoshim.GlobalName).(api.MutableGlobal)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // lockStripes is how many lock files a directory store has: a record's
@@ -29,13 +30,21 @@ const lockStripes = 64
 //
 // The layout under the root: heads/NAME and leases/NAME (a record: its
 // revision, whether it is live, its value), snapshots/NAME/ID,
-// locks/NN. Sweep removes orphan snapshots (Options.OrphanAge). A removed record stays as a tombstone, so that its revisions
-// never repeat.
+// locks/NN. Sweep removes orphan snapshots (Options.OrphanAge). A removed
+// record's file is deleted: nothing is left of a removed conversation. So
+// that a record's revisions never repeat across its removal (a writer
+// holding a revision of the removed record must not match the new one), a
+// record starts at the current time in microseconds and counts up by one
+// per write: a new one starts above any revision of an older one, which
+// would have needed more writes than microseconds passed. (Records an
+// earlier version left as tombstones, removed but kept, go on from their
+// revision; Sweep deletes them after Options.OrphanAge.)
 type Dir struct {
 	root string
 
 	sweepMu sync.Mutex // one Sweep of this Dir at a time
 	heads   walker     // where Sweep goes on in heads/
+	leases  walker     // in leases/
 	snaps   walker     // and in snapshots/
 }
 
@@ -54,8 +63,9 @@ func OpenDir(root string) (*Dir, error) {
 		}
 	}
 	return &Dir{root: root,
-		heads: walker{dir: filepath.Join(root, "heads")},
-		snaps: walker{dir: filepath.Join(root, "snapshots")}}, nil
+		heads:  walker{dir: filepath.Join(root, "heads")},
+		leases: walker{dir: filepath.Join(root, "leases")},
+		snaps:  walker{dir: filepath.Join(root, "snapshots")}}, nil
 }
 
 // record is a record file's header: its revision and whether it is live;
@@ -117,8 +127,8 @@ func (d *Dir) Remove(ctx context.Context, t Table, key string, rev uint64) error
 	return err
 }
 
-// swap writes a record (or its tombstone) if its revision is still rev,
-// and blob (if any) is one of key's snapshots, holding its lock.
+// swap writes a record (or removes it) if its revision is still rev, and
+// blob (if any) is one of key's snapshots, holding its lock.
 func (d *Dir) swap(ctx context.Context, t Table, key string, value []byte, rev uint64, live bool, blob string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -147,16 +157,53 @@ func (d *Dir) swap(ctx context.Context, t Table, key string, value []byte, rev u
 			return 0, fmt.Errorf("sessionstore: %w", err)
 		}
 	}
-	b := make([]byte, recordHeader, recordHeader+len(value))
-	binary.BigEndian.PutUint64(b, cur+1)
-	if live {
-		b[8] = 1
+	if !live {
+		return 0, removeFile(d.path(t, key), t == Heads)
 	}
+	next := cur + 1
+	if cur == 0 {
+		next = max(1, uint64(time.Now().UnixMicro())) // a new record: see Dir
+	}
+	b := make([]byte, recordHeader, recordHeader+len(value))
+	binary.BigEndian.PutUint64(b, next)
+	b[8] = 1
 	b = append(b, value...)
 	if err := writeFile(d.path(t, key), b, t == Heads); err != nil {
 		return 0, err
 	}
-	return cur + 1, nil
+	return next, nil
+}
+
+// removeFile deletes a record's file; durable, its directory fsynced.
+func removeFile(name string, durable bool) error {
+	if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sessionstore: %w", err)
+	}
+	if !durable {
+		return nil
+	}
+	dir, err := os.Open(filepath.Dir(name))
+	if err != nil {
+		return fmt.Errorf("sessionstore: %w", err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("sessionstore: %w", err)
+	}
+	return nil
+}
+
+// removeTombstone deletes key's record in t if it is a removed one (an
+// earlier version's tombstone), holding its lock; it reports whether it
+// did.
+func (d *Dir) removeTombstone(t Table, key string) bool {
+	unlock, err := d.lock(t, key)
+	if err != nil {
+		return false
+	}
+	defer unlock()
+	rev, live, _, err := d.read(t, key)
+	return err == nil && rev != 0 && !live && removeFile(d.path(t, key), t == Heads) == nil
 }
 
 // lock takes the file lock of a record's stripe.
@@ -224,8 +271,8 @@ func (d *Dir) RemoveBlob(ctx context.Context, key, id string) error {
 	return nil
 }
 
-// Keys implements Lister: the names of the table's record files,
-// tombstones included.
+// Keys implements Lister: the names of the table's record files
+// (an earlier version's tombstones included).
 func (d *Dir) Keys(ctx context.Context, t Table) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -248,6 +295,7 @@ func (d *Dir) Close() error {
 	d.sweepMu.Lock()
 	defer d.sweepMu.Unlock()
 	d.heads.close()
+	d.leases.close()
 	d.snaps.close()
 	return nil
 }

@@ -154,3 +154,76 @@ func TestDirSweep(t *testing.T) {
 	_, err = s.Load(ctx, "new")
 	assert.NoError(t, err)
 }
+
+// TestDirRemovedLeavesNoRecords: a deleted conversation and a released
+// lease leave no file in heads/ or leases/, and a record made again under
+// the same name never reuses a revision of the removed one, so a writer
+// still holding one conflicts.
+func TestDirRemovedLeavesNoRecords(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d, err := sessionstore.OpenDir(root)
+	require.NoError(t, err)
+	s, err := sessionstore.New(d, nil)
+	require.NoError(t, err)
+	l, err := s.Lease(ctx, "c", time.Minute)
+	require.NoError(t, err)
+	ref, err := s.Put(ctx, "c", []byte("x"))
+	require.NoError(t, err)
+	_, err = s.Commit(ctx, "c", sessionstore.Head{}, ref)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, s.Delete(ctx, "c"))
+	for _, dir := range []string{"heads", "leases", "snapshots"} {
+		left, err := os.ReadDir(filepath.Join(root, dir))
+		require.NoError(t, err)
+		assert.Empty(t, left, dir)
+	}
+
+	first, err := d.Set(ctx, sessionstore.Heads, "r", []byte("a"), 0)
+	require.NoError(t, err)
+	second, err := d.Set(ctx, sessionstore.Heads, "r", []byte("b"), first)
+	require.NoError(t, err)
+	assert.Equal(t, first+1, second)
+	require.NoError(t, d.Remove(ctx, sessionstore.Heads, "r", second))
+	again, err := d.Set(ctx, sessionstore.Heads, "r", []byte("c"), 0)
+	require.NoError(t, err)
+	assert.Greater(t, again, second, "a new record starts past the removed one's revisions")
+	_, err = d.Set(ctx, sessionstore.Heads, "r", []byte("stale"), second)
+	assert.ErrorIs(t, err, sessionstore.ErrConflict)
+}
+
+// TestDirSweepTombstones: the records an earlier version kept for removed
+// conversations and leases (tombstones), and half-written lease files, are
+// removed by Sweep once older than OrphanAge, and not before.
+func TestDirSweepTombstones(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d, err := sessionstore.OpenDir(root)
+	require.NoError(t, err)
+	tombstone := []byte{0, 0, 0, 0, 0, 0, 0, 7, 0} // revision 7, removed
+	files := map[string][]byte{"heads/gone": tombstone, "leases/gone": tombstone, "leases/.tmp-0123456789abcdef": []byte("half")}
+	for name, b := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(root, name), b, 0o600))
+	}
+	again, err := d.Set(ctx, sessionstore.Heads, "gone", []byte("x"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(8), again, "a tombstone's record goes on from its revision")
+	require.NoError(t, d.Remove(ctx, sessionstore.Heads, "gone", again))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "heads/gone"), tombstone, 0o600))
+
+	st, err := sessionstore.Sweep(ctx, d, &sessionstore.Options{OrphanAge: time.Hour})
+	require.NoError(t, err)
+	assert.Zero(t, st.Records+st.Orphans, "younger than OrphanAge")
+	when := time.Now().Add(-2 * time.Hour)
+	for name := range files {
+		require.NoError(t, os.Chtimes(filepath.Join(root, name), when, when))
+	}
+	st, err = sessionstore.Sweep(ctx, d, &sessionstore.Options{OrphanAge: time.Hour})
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Records)
+	assert.Equal(t, 1, st.Orphans)
+	for name := range files {
+		assert.NoFileExists(t, filepath.Join(root, name))
+	}
+}

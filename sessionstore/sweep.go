@@ -31,6 +31,10 @@ type SweepStats struct {
 	Orphans int
 	// Dirs counts the empty conversation directories removed.
 	Dirs int
+	// Records counts the records of removed conversations and leases an
+	// earlier version of the directory store kept (tombstones), removed
+	// once older than Options.OrphanAge.
+	Records int
 	// Done is true when this Sweep finished a round: since the last Sweep
 	// that said so, every head and snapshot was examined once.
 	Done bool
@@ -124,6 +128,28 @@ func (d *Dir) sweep(ctx context.Context, s *store) (SweepStats, error) {
 		if err := s.expire(ctx, name, &stats); err != nil {
 			return stats, err
 		}
+		if stale(e) && d.removeTombstone(Heads, name) {
+			stats.Records++
+		}
+	}
+	// Leases: half-written files and tombstones.
+	for range s.opts.SweepBatch {
+		e, err := d.leases.next()
+		if err != nil || e == nil {
+			if err != nil {
+				return stats, err
+			}
+			break
+		}
+		switch name := e.Name(); {
+		case !stale(e):
+		case strings.HasPrefix(name, tmpPrefix):
+			if os.Remove(filepath.Join(d.leases.dir, name)) == nil {
+				stats.Orphans++
+			}
+		case d.removeTombstone(Leases, name):
+			stats.Records++
+		}
 	}
 	for budget := s.opts.SweepBatch; budget > 0; {
 		e, err := d.snaps.next()
@@ -144,9 +170,9 @@ func (d *Dir) sweep(ctx context.Context, s *store) (SweepStats, error) {
 			return stats, err
 		}
 	}
-	if d.heads.done && d.snaps.done {
+	if d.heads.done && d.leases.done && d.snaps.done {
 		stats.Done = true
-		d.heads.done, d.snaps.done = false, false
+		d.heads.done, d.leases.done, d.snaps.done = false, false, false
 	}
 	return stats, nil
 }

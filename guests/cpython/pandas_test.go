@@ -18,6 +18,7 @@ import (
 
 	"github.com/fumehood/fumehood/guests/cpython"
 	"github.com/fumehood/fumehood/internal/cache"
+	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/wasi"
 )
@@ -408,4 +409,14 @@ func BenchmarkPandas(b *testing.B) {
 		b.ReportMetric(image[len(image)/2], "image-run-import-ms")
 		b.Logf("guest pandas %s, native pandas %s, %d runs each", guest[0].Version, host[0].Version, runs)
 	}
+}
+
+// TestPandasVariantDescribed: the code tool's probe finds the variant's
+// packages with their versions, and its instructions name them.
+func TestPandasVariantDescribed(t *testing.T) {
+	py := pandasGuest(t)
+	info, err := runtool.Probe(context.Background(), py)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"numpy " + cpython.NumpyVersion, "pandas " + cpython.PandasVersion}, info.Packages)
+	assert.Contains(t, runtool.InstructionsFor(info, nil, nil), "numpy "+cpython.NumpyVersion+" and pandas "+cpython.PandasVersion)
 }

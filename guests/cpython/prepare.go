@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/fumehood/fumehood/internal/emeh"
 	"github.com/fumehood/fumehood/internal/errnoshim"
 	"github.com/fumehood/fumehood/internal/fuel"
 	"github.com/fumehood/fumehood/internal/pipeline"
@@ -15,9 +16,15 @@ import (
 // cache key.
 var Steps = []pipeline.Step{
 	{Name: "strip-debug", Version: 1, Apply: stripDebug},
+	{Name: "emeh", Version: 1, Apply: prepareInvokes},
 	{Name: "errno", Version: 1, Apply: shimErrno},
 	{Name: "fuel", Version: 4, Apply: meterFuel},
 }
+
+// prepareInvokes exports what the host's invoke functions call, for C++
+// compiled with Emscripten-style exceptions (a variant's pybind11 code);
+// it leaves a module without them as it is.
+func prepareInvokes(_ context.Context, in []byte) ([]byte, error) { return emeh.Prepare(in) }
 
 // shimErrno lets the host pass the guest errnos that wazero cannot express,
 // such as ENOSPC for a full quota, which wazero would turn into EIO.

@@ -1,9 +1,19 @@
-// Package cxxrt builds LLVM 19's C++ runtime for wasm32-wasi with
-// WebAssembly exceptions: libc++, libc++abi and libunwind compiled with
-// clang 19's -fwasm-exceptions from LLVM 19.1.7's sources, so that C++ code
-// (pybind11's, for instance) can throw and catch. Debian's wasm32 builds of
-// these libraries have no exceptions (their libc++abi has no __cxa_throw,
-// and their libc++ aborts where it would throw).
+// Package cxxrt builds LLVM 19's C++ runtime for wasm32-wasi with C++
+// exceptions: libc++ and libc++abi compiled from LLVM 19.1.7's sources with
+// clang 19's Emscripten-style exceptions (-fexceptions -mllvm
+// -enable-emscripten-cxx-exceptions, Flags), plus this package's own
+// runtime/emeh.cpp, so that C++ code (pybind11's, for instance) can throw
+// and catch. Debian's wasm32 builds of these libraries have no exceptions
+// (their libc++abi has no __cxa_throw, and their libc++ aborts where it
+// would throw).
+//
+// Emscripten-style exceptions need no WebAssembly exception handling: a
+// call that may throw, in a function with cleanups or catches, becomes a
+// call of an imported env.invoke_<sig> function, which the sandbox
+// implements with a nested call it can end; a throw (emeh.cpp's
+// _Unwind_RaiseException) calls the imported env.fumehood_unwind, which
+// ends the innermost one. See internal/emeh for the module's side and
+// docs/ARCHITECTURE.md for why this and not WebAssembly exceptions.
 //
 // The inputs are pinned: the guest build's cross toolchain and wasi-libc
 // (guests/cpython's pins, fetched into and shared with its cache
@@ -11,15 +21,12 @@
 // own client like the guest's other sources. Build runs once per key, a
 // digest of the recipe and the inputs' SHA-256s; the libraries are kept in
 // the cache directory under cxxrt/<key>.
-//
-// Modules built against the runtime use the legacy exception-handling
-// instructions, which clang 19 emits; sandbox.Compile translates them for
-// wazero (internal/exnref).
 package cxxrt
 
 import (
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -35,13 +42,24 @@ import (
 )
 
 // recipeVersion changes whenever the recipe changes what it builds.
-const recipeVersion = 1
+const recipeVersion = 2
 
 // Source is the tarball of LLVM 19.1.7's sources (Debian's .orig of
 // llvm-toolchain-19), of which the build uses libcxx, libcxxabi and
-// libunwind: the guest build's own input (its profile runtime comes from
-// compiler-rt).
+// libunwind's unwind.h: the guest build's own input (its profile runtime
+// comes from compiler-rt).
 var Source = cpython.LLVMSource
+
+// emeh is the runtime's own part: the unwinder and the landing pads'
+// queries of Emscripten-style exceptions, compiled into libc++abi.a.
+//
+//go:embed runtime/emeh.cpp
+var emeh []byte
+
+// Flags are the compiler flags of C++ code that uses the runtime: C++
+// exceptions, Emscripten-style. Code compiled with -fno-exceptions links
+// against the runtime too.
+var Flags = []string{"-fexceptions", "-mllvm", "-enable-emscripten-cxx-exceptions"}
 
 // llvmDir is LLVM 19's tree in the unpacked toolchain packages.
 const llvmDir = "usr/lib/llvm-19"
@@ -49,16 +67,16 @@ const llvmDir = "usr/lib/llvm-19"
 // Flags the runtime is compiled with, and that code using it needs.
 var (
 	// targetFlags select the target and the exception model.
-	targetFlags = []string{"--target=wasm32-wasi", "-fwasm-exceptions"}
+	targetFlags = append([]string{"--target=wasm32-wasi"}, Flags...)
 	// libFlags are the libraries' own: optimised, without assertions.
 	libFlags = []string{"-O2", "-DNDEBUG"}
 
-	unwindSources = []string{"Unwind-wasm.c"}
-	unwindFlags   = []string{"-std=c99", "-D_LIBUNWIND_HIDE_SYMBOLS", "-D_LIBUNWIND_IS_NATIVE_ONLY", "-D_LIBUNWIND_HAS_NO_THREADS", "-fvisibility=hidden"}
-
+	// cxxabiSources are libc++abi's, without its personality routine,
+	// which Emscripten-style exceptions do without (emeh.cpp finds the
+	// catch clause instead).
 	cxxabiSources = []string{"abort_message.cpp", "cxa_aux_runtime.cpp", "cxa_default_handlers.cpp",
 		"cxa_demangle.cpp", "cxa_exception.cpp", "cxa_exception_storage.cpp", "cxa_guard.cpp",
-		"cxa_handlers.cpp", "cxa_personality.cpp", "cxa_thread_atexit.cpp", "cxa_vector.cpp",
+		"cxa_handlers.cpp", "cxa_thread_atexit.cpp", "cxa_vector.cpp",
 		"cxa_virtual.cpp", "fallback_malloc.cpp", "private_typeinfo.cpp", "stdlib_exception.cpp",
 		"stdlib_new_delete.cpp", "stdlib_stdexcept.cpp", "stdlib_typeinfo.cpp"}
 	cxxabiFlags = []string{"-std=c++23", "-fvisibility=hidden", "-D_LIBCXXABI_BUILDING_LIBRARY",
@@ -83,7 +101,7 @@ var (
 )
 
 // Libraries are the archives Build makes, in the order to link them.
-var Libraries = []string{"libc++.a", "libc++abi.a", "libunwind.a"}
+var Libraries = []string{"libc++.a", "libc++abi.a"}
 
 // Options configure Build and UnpackToolchain.
 type Options struct {
@@ -143,9 +161,10 @@ func key(inputs []cpython.Input) string {
 	for _, in := range inputs {
 		fmt.Fprintf(h, "%s %s %s\n", in.Package, in.Version, in.SHA256)
 	}
-	for _, list := range [][]string{targetFlags, libFlags, unwindSources, unwindFlags, cxxabiSources, cxxabiFlags, cxxSources, cxxFlags} {
+	for _, list := range [][]string{targetFlags, libFlags, cxxabiSources, cxxabiFlags, cxxSources, cxxFlags} {
 		fmt.Fprintf(h, "%q\n", list)
 	}
+	fmt.Fprintf(h, "%x\n", sha256.Sum256(emeh))
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -199,8 +218,11 @@ func Build(ctx context.Context, opts *Options) (*Runtime, error) {
 		return nil, fmt.Errorf("cxxrt: %w", err)
 	}
 	if err := run(ctx, "", nil, "tar", "-xf", files[Source.Package], "-C", src, "--strip-components=1",
-		"--wildcards", "*/libcxx/*", "*/libcxxabi/*", "*/libunwind/*"); err != nil {
+		"--wildcards", "*/libcxx/*", "*/libcxxabi/*", "*/libunwind/include/*"); err != nil {
 		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(src, "libcxxabi", "src", "fumehood_emeh.cpp"), emeh, 0o644); err != nil {
+		return nil, fmt.Errorf("cxxrt: %w", err)
 	}
 	out := filepath.Join(work, "lib")
 	if err := tc.compileRuntime(ctx, opts, src, out); err != nil {
@@ -272,7 +294,7 @@ func (tc *Toolchain) cxxInclude() string {
 	return filepath.Join(tc.root, llvmDir, "include", "wasm32-wasi", "c++", "v1")
 }
 
-// CXX runs clang++ for wasm32-wasi with WebAssembly exceptions and libc++'s
+// CXX runs clang++ for wasm32-wasi with C++ exceptions (Flags) and libc++'s
 // headers, linking against rt: args are the rest of the command line
 // (sources, -o and flags).
 func (tc *Toolchain) CXX(ctx context.Context, rt *Runtime, args ...string) error {
@@ -283,7 +305,7 @@ func (tc *Toolchain) CXX(ctx context.Context, rt *Runtime, args ...string) error
 	return run(ctx, "", tc.env, filepath.Join(tc.root, llvmDir, "bin", "clang++"), all...)
 }
 
-// compileRuntime compiles the three libraries from the sources in src
+// compileRuntime compiles the two libraries from the sources in src
 // into out.
 func (tc *Toolchain) compileRuntime(ctx context.Context, opts *Options, src, out string) error {
 	obj := filepath.Join(out, "obj")
@@ -305,9 +327,7 @@ func (tc *Toolchain) compileRuntime(ctx context.Context, opts *Options, src, out
 		}
 	}
 	cxx := []string{"-nostdinc++", "-isystem", tc.cxxInclude()}
-	add("libunwind.a", filepath.Join(src, "libunwind", "src"), unwindSources,
-		append(append([]string{}, unwindFlags...), "-I"+filepath.Join(src, "libunwind", "include")))
-	add("libc++abi.a", filepath.Join(src, "libcxxabi", "src"), cxxabiSources,
+	add("libc++abi.a", filepath.Join(src, "libcxxabi", "src"), append(cxxabiSources, "fumehood_emeh.cpp"),
 		append(append(append([]string{}, cxxabiFlags...), cxx...),
 			"-I"+filepath.Join(src, "libcxxabi", "include"), "-I"+filepath.Join(src, "libcxx", "src"),
 			"-I"+filepath.Join(src, "libunwind", "include")))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/fumehood/fumehood/internal/aptfetch"
 	"github.com/fumehood/fumehood/internal/cxxrt"
+	"github.com/fumehood/fumehood/internal/emeh"
+	"github.com/fumehood/fumehood/internal/exnref"
+	"github.com/fumehood/fumehood/internal/wasmbin"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/sandbox/sandboxtest"
 )
@@ -35,8 +39,8 @@ var programs struct {
 var levels = []string{"-O2", "-O0"}
 
 // exceptions returns the program built with opt (or another build of
-// programs.wasm), compiled by sandbox.Compile with exception handling and
-// fuel metering, as every WASI program is.
+// programs.wasm), compiled by sandbox.Compile, which prepares its invokes
+// (internal/emeh) and meters fuel, as for every WASI program.
 func exceptions(t testing.TB, opt string) *sandbox.Guest {
 	t.Helper()
 	if testing.Short() {
@@ -47,7 +51,7 @@ func exceptions(t testing.TB, opt string) *sandbox.Guest {
 		t.Skipf("cxxrt: no Debian mirror to fetch the toolchain from: %v", programs.err)
 	}
 	require.NoError(t, programs.err)
-	g, err := sandbox.Compile(context.Background(), programs.wasm[opt], &sandbox.Options{CacheDir: t.TempDir(), ExceptionHandling: true})
+	g, err := sandbox.Compile(context.Background(), programs.wasm[opt], &sandbox.Options{CacheDir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	return g
@@ -71,6 +75,7 @@ func build(ctx context.Context) (map[string][]byte, error) {
 	builds := map[string][]string{
 		"cleanups":          {"-O2", "testdata/cleanups.cpp"},
 		"cleanups-noexcept": {"-O2", "-fno-exceptions", "testdata/cleanups.cpp"},
+		"nesting":           {"-O2", "testdata/nesting.cpp"},
 	}
 	for _, opt := range levels {
 		builds[opt] = []string{opt, "testdata/exceptions.cpp"}
@@ -97,9 +102,14 @@ func testExceptions(t *testing.T, opt string) {
 	g := exceptions(t, opt)
 	ctx := context.Background()
 
-	_, err := sandbox.Compile(ctx, programs.wasm[opt], &sandbox.Options{CacheDir: t.TempDir()})
-	require.ErrorIs(t, err, sandbox.ErrInvalidModule, "exception handling is opt-in")
-	assert.ErrorContains(t, err, "Options.ExceptionHandling")
+	// Emscripten-style: invokes, and no WebAssembly exception handling.
+	assert.False(t, exnref.Uses(programs.wasm[opt]), "no WebAssembly exception handling")
+	m, err := wasmbin.Parse(programs.wasm[opt])
+	require.NoError(t, err)
+	im, err := emeh.Find(m)
+	require.NoError(t, err)
+	assert.NotEmpty(t, im.Invokes)
+	assert.True(t, im.Unwind)
 
 	res, err := g.Exec(ctx, nil, "catch")
 	require.NoError(t, err)
@@ -150,19 +160,51 @@ func TestExceptionsLimits(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
 	assert.Equal(t, sandbox.StopFuel, res.Stop)
 
-	// An exception no handler catches ends the run with a trap.
+	// An exception no handler catches calls std::terminate, which says
+	// so and aborts, as natively: the run ends with a trap.
 	res, err = g.Exec(ctx, nil, "uncaught")
 	var trap *sandbox.TrapError
 	require.ErrorAs(t, err, &trap)
-	assert.ErrorContains(t, err, "uncaught exception")
 	assert.Equal(t, sandbox.StopTrap, res.Stop)
 	assert.Equal(t, "before\n", string(res.Stdout))
+	assert.Contains(t, string(res.Stderr), "terminating due to uncaught exception of type CodedError: deep")
 }
 
-// BenchmarkCleanups measures what wazero's try_table entry costs: calls of
-// a function with a destructor (a cleanup landing pad, so a try_table each
-// call) against the same program built with -fno-exceptions, in one run.
-// It reports the median time of each and their ratio.
+// TestInvokeNesting checks the bounds on nested invokes: C++ that
+// recurses thousands deep through functions with destructors (each call
+// an invoke, a nested call on the host) runs, throws from the bottom and
+// unwinds every level; a guest that grows the call stack of each level
+// before nesting further stops with a stack overflow once the levels
+// below the innermost hold sandbox.MaxNestedStack, instead of holding
+// wazero's 100 MB per level on the host.
+func TestInvokeNesting(t *testing.T) {
+	g := exceptions(t, "nesting")
+	ctx := context.Background()
+
+	res, err := g.Exec(ctx, nil, "recurse", "3000")
+	require.NoError(t, err)
+	assert.Equal(t, "bottom 3000\n", string(res.Stdout), "every level's destructor ran")
+
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res, err = g.Exec(ctx, nil, "grow")
+	require.ErrorIs(t, err, sandbox.ErrStackOverflow)
+	assert.Equal(t, sandbox.StopStack, res.Stop)
+	assert.ErrorContains(t, err, "MiB of call stacks")
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	t.Logf("heap grew by %d MB; %s", (after.HeapSys-before.HeapSys)>>20, res.Stderr)
+	// Three stacks of wazero's at most (the outermost, the innermost, and
+	// MaxNestedStack below it), each doubling as it grows.
+	assert.Less(t, after.HeapSys-before.HeapSys, uint64(2*(100<<20)+2*sandbox.MaxNestedStack),
+		"the host's heap grew by %d MB", (after.HeapSys-before.HeapSys)>>20)
+}
+
+// BenchmarkCleanups measures what an invoke costs: calls of a function
+// with a destructor (a cleanup landing pad, so each call of check is an
+// invoke, a nested call through the host) against the same program built
+// with -fno-exceptions, in one run. It reports the median time of each and
+// their ratio.
 func BenchmarkCleanups(b *testing.B) {
 	ctx := context.Background()
 	const calls = "100000"

@@ -33,6 +33,9 @@
 #                              os.environ left as the caller set it
 #   shutil                     disk_usage from the mount's byte quota (WASI has
 #                              no statvfs), told by _fumehood_mounts(text)
+#   matplotlib.pyplot          show() on Agg saves the open figures to
+#                              /work/figure-N.png and closes them (the data
+#                              variant; the guest has no display)
 #
 # _fumehood_tag(f, ...) names the code of functions "<fumehood>" (the runner
 # uses it too); _fumehood_hint(e) adds a note to an exception before its traceback is
@@ -87,7 +90,7 @@ def _fumehood_startup():
 
     patches = {name: fix(name) for name in
                ("shutil", "socket", "urllib.request", "http.client", "threading", "getpass", "asyncio",
-                "locale", "signal", "multiprocessing.context")}
+                "locale", "signal", "multiprocessing.context", "matplotlib.pyplot")}
     sources = {name: name for name in ("concurrent.futures.thread", "concurrent.futures.process", "pwd", "mmap")}
     for name in ("pool", "queues", "synchronize", "sharedctypes"):
         sources["multiprocessing." + name] = "multiprocessing"

@@ -158,6 +158,30 @@ def patch_shutil(m):
         m.__all__.append("disk_usage")
 
 
+def patch_matplotlib_pyplot(m):
+    # The guest has no display: with a non-interactive backend (Agg, the
+    # data variant's), plt.show() saves each open figure as a PNG under
+    # /work, where a result lists and attaches it, prints where, and
+    # closes the figures, as a window closed by its user would be.
+    show = m.show
+    shown = [0]
+
+    def fumehood_show(*args, **kwargs):
+        nums = m.get_fignums()
+        if not nums or m.get_backend().lower() != "agg":
+            return show(*args, **kwargs)
+        import os
+        os.makedirs(HOME, exist_ok=True)
+        for num in nums:
+            shown[0] += 1
+            path = "%s/figure-%d.png" % (HOME, shown[0])
+            m.figure(num).savefig(path)
+            print("plt.show(): figure saved to " + path)
+        m.close("all")
+
+    fumehood_show.__doc__ = show.__doc__
+    m.show = fumehood_show
+
 
 def expand(expanduser, path):
     # ~ and ~sandbox are /work when HOME is not set (os.environ stays as the
