@@ -37,7 +37,7 @@ var LLVMSource = Input{
 	Package: "llvm-toolchain-19", Version: "1:19.1.7-3~deb12u1", Suite: ToolchainSuite, Kind: Source,
 	File:     "llvm-toolchain-19_19.1.7.orig.tar.xz",
 	SHA256:   "ae498f3bc58ae2d9f64ef5f0c035c4240152bf015a5b7738b15c22e93bdc97ce",
-	Upstream: "LLVM 19.1.7 sources (compiler-rt's profile runtime; libc++, libc++abi, libunwind's unwind.h)",
+	Upstream: "LLVM 19.1.7 sources (compiler-rt's profile runtime; libc++, libc++abi, libunwind)",
 }
 
 // profileSources are compiler-rt/lib/profile's files the runtime is built
