@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,15 +93,33 @@ func pgoUse(w string) string {
 // CPython's PGO task with a fixed random seed.
 var pgoTrainArgs = []string{"-B", "-m", "test", "--pgo", "--randseed=1", "--timeout=0", "--tempdir=/tmp/regrtest"}
 
+// pgoTrainEnv is the training run's environment.
+var pgoTrainEnv = map[string]string{
+	"LLVM_PROFILE_FILE": "/pgo/raw/python.profraw",
+	"PYTHONPATH":        "/pgo/sysconfig",
+	"PYTHONHASHSEED":    "0",
+	"TMPDIR":            "/tmp",
+	"HOME":              "/tmp",
+}
+
 // pgoFlags are PGO's lines in crossFlags.
 func pgoFlags() []string {
 	return []string{
 		"pgo profile runtime: " + strings.Join(profileSources, " ") + " " + strings.Join(profileFlags, " ") +
 			" shim " + pipeline.Digest([]byte(profileShimHeader+profileShimSource)),
 		"pgo instrumented: OPT=-DNDEBUG " + OptFlags + " " + pgoGenerate,
-		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source, wazero, fake clocks)",
+		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source, wazero, fake clocks), env " + trainEnvFlag(),
 		"pgo use: OPT=-DNDEBUG " + OptFlags + " " + pgoUse("$W"),
 	}
+}
+
+// trainEnvFlag is pgoTrainEnv as K=V, sorted.
+func trainEnvFlag() string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(pgoTrainEnv)) {
+		kv = append(kv, k+"="+pgoTrainEnv[k])
+	}
+	return strings.Join(kv, " ")
 }
 
 // profileRuntime builds LLVM's profile runtime for wasm32-wasi into
@@ -211,15 +231,8 @@ func train(ctx context.Context, wasm []byte, lib, sysconfig, dir, logFile string
 		{sysconfig, "/pgo/sysconfig", true},
 		{filepath.Join(dir, "raw"), "/pgo/raw", false},
 	}
-	env := map[string]string{
-		"LLVM_PROFILE_FILE": "/pgo/raw/python.profraw",
-		"PYTHONPATH":        "/pgo/sysconfig",
-		"PYTHONHASHSEED":    "0",
-		"TMPDIR":            "/tmp",
-		"HOME":              "/tmp",
-	}
 	start := time.Now()
-	code, err := runWASI(ctx, wasm, append([]string{"python"}, pgoTrainArgs...), env, mounts, log)
+	code, err := runWASI(ctx, wasm, append([]string{"python"}, pgoTrainArgs...), pgoTrainEnv, mounts, log)
 	fmt.Fprintf(log, "\nexit code %d after %v\n", code, time.Since(start).Round(time.Second))
 	if err != nil {
 		return fmt.Errorf("pgo training: %w (log: %s)", err, logFile)
@@ -262,8 +275,10 @@ func runWASI(ctx context.Context, wasm []byte, args []string, env map[string]str
 		}
 	}
 	mc := wazero.NewModuleConfig().WithName("").WithArgs(args...).WithStdout(out).WithStderr(out).WithFSConfig(fs)
-	for k, v := range env {
-		mc = mc.WithEnv(k, v)
+	// In a fixed order: the guest's os.environ is built in this order, and
+	// a different one is different work for the training run.
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		mc = mc.WithEnv(k, env[k])
 	}
 	mod, err := rt.InstantiateModule(ctx, compiled, mc)
 	if mod != nil {

@@ -238,6 +238,7 @@ int main(void) { long s = 0; for (int i = 0; i < 1000; i++) s += twice(i); print
 	wasm, err := os.ReadFile(b.path("count.wasm"))
 	require.NoError(t, err)
 
+	require.NoError(t, os.MkdirAll(b.path("pgo", "raw"), 0o755))
 	out, err := os.Create(b.path("count.log"))
 	require.NoError(t, err)
 	defer out.Close()
