@@ -24,7 +24,7 @@ import (
 // profile runtime built here for wasm32-wasi), which then runs a training
 // workload on wazero and writes its counts, and once more with those
 // counts (-fprofile-use), so that clang lays out, inlines and unrolls for
-// the paths Python code takes. The CPU set takes 0.88x the CPU time
+// the paths Python code takes. The CPU set takes 0.86-0.88x the CPU time
 // (bench/README.md, issue 36). Nothing of the profile is kept: it is made
 // again by each build, from the pinned inputs.
 //
