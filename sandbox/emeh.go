@@ -69,8 +69,8 @@ type ehHost struct {
 }
 
 type ehInvoke struct {
-	name, export string
-	results      int
+	name, export    string
+	params, results []api.ValueType
 }
 
 // newEHHost checks what compiled imports from emeh.ImportModule and
@@ -101,7 +101,7 @@ func newEHHost(compiled wazero.CompiledModule) (*ehHost, error) {
 			if !sameTypes(e.ParamTypes(), f.ParamTypes()) || !sameTypes(e.ResultTypes(), f.ResultTypes()) {
 				return nil, fmt.Errorf("%w: its %s is not of the type of %s.%s", ErrInvalidModule, iv.Export(), mod, name)
 			}
-			h.invokes = append(h.invokes, ehInvoke{name: name, export: iv.Export(), results: len(f.ResultTypes())})
+			h.invokes = append(h.invokes, ehInvoke{name: name, export: iv.Export(), params: f.ParamTypes(), results: f.ResultTypes()})
 		default:
 			return nil, fmt.Errorf("%w: it imports %s.%s, and a sandbox offers only %s's invoke functions and %s", ErrInvalidModule, mod, name, mod, emeh.UnwindName)
 		}
@@ -199,6 +199,8 @@ func (inv *invoker) call(ctx context.Context, i int, stack []uint64) {
 	if inv.sp != nil {
 		sp = inv.sp.Get()
 	}
+	iv := &inv.host.invokes[i]
+	zeroExtend(stack, iv.params)
 	inv.running = append(inv.running[:inv.depth], fn)
 	inv.held += caller
 	inv.depth++
@@ -210,6 +212,7 @@ func (inv *invoker) call(ctx context.Context, i int, stack []uint64) {
 		inv.fns[inv.depth][i] = nil // do not keep a grown stack
 	}
 	if err == nil {
+		zeroExtend(stack, iv.results)
 		return
 	}
 	if !errors.Is(err, errUnwound) {
@@ -218,7 +221,25 @@ func (inv *invoker) call(ctx context.Context, i int, stack []uint64) {
 	if inv.sp != nil {
 		inv.sp.Set(sp)
 	}
-	clear(stack[:inv.host.invokes[i].results])
+	clear(stack[:len(iv.results)])
+}
+
+// zeroExtend clears the upper 32 bits of the 32-bit values (i32, f32) in
+// stack, of the given types. wazero v1.12 passes a host function its
+// 32-bit parameters with whatever the upper half of their slots held, and
+// a call from Go writes 32-bit results as 32 bits: both as the host
+// function's slots. But it reads a host function's results whole, as
+// encoded by api.EncodeI32, and its compiled code then uses an i32 as a
+// 64-bit offset into memory: an invoke that left the upper half of a
+// callee's i32 result as it found it (the table index's upper half) made
+// matplotlib's import fault in compiled code, killing the host process
+// (TestInvokeResultsZeroExtended).
+func zeroExtend(stack []uint64, types []api.ValueType) {
+	for j, t := range types {
+		if t == api.ValueTypeI32 || t == api.ValueTypeF32 {
+			stack[j] = uint64(uint32(stack[j]))
+		}
+	}
 }
 
 // function returns invoke i's export for the current depth: a function

@@ -7,6 +7,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
 // TestInvokeStackSize pins what stackSize reads of wazero's internals: a
@@ -32,4 +36,104 @@ func TestInvokeStackSize(t *testing.T) {
 	assert.Greater(t, size, 0)
 	assert.Less(t, size, cachedStack, "a fresh call stack is small enough to keep")
 	assert.Equal(t, fallbackStack, stackSize(nil))
+}
+
+// invokeResultModule is a WASI command that calls, through invokes, a
+// function returning the i64 0xDEADBEEF00000005, then one returning its
+// i32 argument 8, and exits with 1 unless the i32 at that address (a data
+// segment's 42) is 42. The first call leaves 0xDEADBEEF in the upper half
+// of the slot wazero gives both host calls for their first parameter and
+// result.
+func invokeResultModule() []byte {
+	u32 := func(v uint32) []byte { return wasmbin.AppendU32(nil, v) }
+	name := func(s string) []byte { return append(u32(uint32(len(s))), s...) }
+	sec := func(id byte, items ...[]byte) []byte {
+		p := u32(uint32(len(items)))
+		for _, it := range items {
+			p = append(p, it...)
+		}
+		return append(append([]byte{id}, u32(uint32(len(p)))...), p...)
+	}
+	fimport := func(mod, nm string, typ byte) []byte {
+		return append(append(name(mod), name(nm)...), 0, typ)
+	}
+	body := func(code ...byte) []byte {
+		b := append([]byte{0}, code...) // no locals
+		b = append(b, 0x0B)
+		return append(u32(uint32(len(b))), b...)
+	}
+	// bodyLocals is body with one i32 local.
+	bodyLocals := func(code ...byte) []byte {
+		b := append([]byte{1, 1, 0x7F}, code...)
+		b = append(b, 0x0B)
+		return append(u32(uint32(len(b))), b...)
+	}
+	const i32, i64 = 0x7F, 0x7E
+	var m []byte
+	m = append(m, 0, 'a', 's', 'm', 1, 0, 0, 0)
+	m = append(m, sec(wasmbin.SectionType,
+		[]byte{0x60, 2, i32, i32, 1, i64}, // 0: invoke_ji
+		[]byte{0x60, 2, i32, i32, 1, i32}, // 1: invoke_ii
+		[]byte{0x60, 1, i32, 0},           // 2: proc_exit
+		[]byte{0x60, 1, i32, 1, i64},      // 3: (i32) -> i64
+		[]byte{0x60, 1, i32, 1, i32},      // 4: (i32) -> i32
+		[]byte{0x60, 0, 0},                // 5: _start
+	)...)
+	m = append(m, sec(wasmbin.SectionImport,
+		fimport("env", "invoke_ji", 0), fimport("env", "invoke_ii", 1),
+		fimport("wasi_snapshot_preview1", "proc_exit", 2))...)
+	m = append(m, sec(wasmbin.SectionFunction, []byte{3}, []byte{4}, []byte{5})...)
+	m = append(m, sec(wasmbin.SectionTable, []byte{0x70, 0, 2})...)
+	m = append(m, sec(wasmbin.SectionMemory, []byte{0, 1})...)
+	m = append(m, sec(wasmbin.SectionExport, append(name("_start"), 0, 5), append(name("memory"), 2, 0))...)
+	m = append(m, sec(wasmbin.SectionElement, []byte{0, 0x41, 0, 0x0B, 2, 3, 4})...)
+	data := []byte{0, 0x41, 8, 0x0B, 4, 42, 0, 0, 0}                     // 42 at address 8
+	big := wasmbin.AppendS64([]byte{0x42}, int64(-0x2152411100000000+5)) // i64.const 0xDEADBEEF00000005
+	m = append(m, sec(wasmbin.SectionCode,
+		body(big...),
+		body(0x20, 0), // local.get 0
+		bodyLocals(0x41, 0, 0x41, 0, 0x10, 0, 0x1A, // invoke_ji(0, 0); drop
+			0x41, 1, 0x41, 8, 0x10, 1, 0x21, 0, // invoke_ii(1, 8); local.set 0
+			0x41, 0, 0x41, 0, 0x10, 0, 0x1A, // invoke_ji(0, 0); drop: the i32 kept across a call
+			0x20, 0, 0x28, 2, 0, // local.get 0; i32.load
+			0x41, 42, 0x47, // i32.const 42; i32.ne
+			0x10, 2), // proc_exit
+	)...)
+	return append(m, sec(wasmbin.SectionData, data)...)
+}
+
+// TestInvokeResultsZeroExtended: an invoke's 32-bit parameters reach the
+// callee, and its 32-bit results the caller, zero-extended, whatever the
+// slot held before. wazero v1.12 gives a host function its i32 parameters
+// with the upper half of their slots as it found them, and a call from Go
+// writes an i32 result as 32 bits; but it reads a host function's results
+// whole, and its compiled code can use an i32 result as a 64-bit memory
+// offset as it is: importing matplotlib (pybind11) faulted in compiled
+// code and killed the host process.
+func TestInvokeResultsZeroExtended(t *testing.T) {
+	ctx := context.Background()
+	g, err := Compile(ctx, invokeResultModule(), &Options{CacheDir: t.TempDir()})
+	require.NoError(t, err)
+	defer g.Close()
+	mod, err := g.rt.InstantiateModule(ctx, g.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	require.NoError(t, err)
+	defer mod.Close(ctx)
+	inv := g.newInvoker(mod)
+	require.NotNil(t, inv)
+	r := &runState{ctx: ctx, invoker: inv}
+	ctx = context.WithValue(ctx, runKey{}, r)
+	fuelGlobal, _ := mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
+	require.NotNil(t, fuelGlobal)
+	defer r.supervise(ctx, fuelGlobal, nil, 1e6, nil)()
+	ii := -1
+	for i, iv := range g.eh.invokes {
+		if iv.name == "invoke_ii" {
+			ii = i
+		}
+	}
+	require.GreaterOrEqual(t, ii, 0)
+	stack := []uint64{0xDEADBEEF_00000001, 0xDEADBEEF_00000008} // table index 1, argument 8
+	inv.call(ctx, ii, stack)
+	assert.Equal(t, uint64(8), stack[0], "the result's upper half is zero")
+	assert.Zero(t, inv.depth)
 }
