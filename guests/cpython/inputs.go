@@ -42,7 +42,8 @@ const PythonVersion = "3.13.5"
 // Inputs are the build's pinned inputs. The tarballs are the upstream ones
 // (Debian's .orig files); no Debian patch is applied (CPython gets the few
 // edits of patches.go). CPython bundles mpdecimal (_decimal) and expat
-// (pyexpat), which are built from its own tree.
+// (pyexpat), which are built from its own tree. LLVMSource gives the
+// profile runtime of the profile-guided build (pgo.go).
 var Inputs = []Input{
 	{Package: "python3.13", Version: "3.13.5-2+deb13u5", Suite: "trixie", Kind: Source,
 		File:     "python3.13_3.13.5.orig.tar.xz",
@@ -72,6 +73,7 @@ var Inputs = []Input{
 		File:     "tzdata_2026f-0+deb13u1_all.deb",
 		SHA256:   "2c1c561091402883430d0d47c57a3c0aa00b44afc8a6239265065a87211a5c11",
 		Upstream: "tz 2026f compiled zone files"},
+	LLVMSource,
 }
 
 // ToolchainSuite is the Debian suite the cross toolchain comes from:

@@ -57,7 +57,13 @@ func (b *builder) steps() []buildStep {
 		{"sqlite3", b.sqlite},
 		{"configure cpython for wasm32-wasi", b.crossConfigure},
 		{"fumehood driver", b.driver},
-		{"make cpython for wasm32-wasi", b.crossMake},
+		// Profile-guided optimization (pgo.go): the profile runtime, an
+		// instrumented interpreter, its training run, then the interpreter
+		// built with the profile.
+		{"profile runtime", b.profileRuntime},
+		{"make cpython for wasm32-wasi, instrumented", b.crossMakeInstrumented},
+		{"train the instrumented cpython", b.pgoTrain},
+		{"make cpython for wasm32-wasi", b.crossMakeOptimized},
 		{"standard library", b.stdlib},
 	}
 }
@@ -214,7 +220,7 @@ func copyFile(src, dst string) error {
 // recorded in Info.Flags. They are part of the cache key.
 func crossFlags(w string) []string {
 	flags := append(crossEnv(w), crossArgs(w)...)
-	return append(flags,
+	return append(append(flags,
 		"make LDFLAGS_NODIST="+stackLDFlags(),
 		"Setup.local: "+kdfSetup,
 		"_fumehood_kdf.c sha256: "+pipeline.Digest(kdfSource),
@@ -224,7 +230,7 @@ func crossFlags(w string) []string {
 		"libraries: "+OptFlags,
 		"cpython edits: "+editFlags(cpythonEdits),
 		driverFlag(),
-	)
+	), pgoFlags()...)
 }
 
 // crossEnv is the environment of CPython's cross configure.
@@ -278,10 +284,6 @@ func (b *builder) crossConfigure(ctx context.Context) error {
 	args := append([]string{"-q"}, crossArgs(b.w)...)
 	args = append(args, "--build="+guess)
 	return b.run(ctx, b.path("cross"), crossEnv(b.w), "../"+pySrc+"/configure", args...)
-}
-
-func (b *builder) crossMake(ctx context.Context) error {
-	return b.run(ctx, b.path("cross"), nil, "make", "-j"+strconv.Itoa(b.jobs), "-s", "LDFLAGS_NODIST="+stackLDFlags())
 }
 
 func (b *builder) output(ctx context.Context, dir, name string, args ...string) (string, error) {

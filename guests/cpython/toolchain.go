@@ -32,6 +32,8 @@ var toolchainPrograms = map[string]string{
 	"llvm-ranlib-19": "llvm-ranlib",
 	"llvm-strip-19":  "llvm-strip",
 	"llvm-nm-19":     "llvm-nm",
+	// The profile-guided build merges its raw profile (pgo.go).
+	"llvm-profdata-19": "llvm-profdata",
 }
 
 // toolchainDir is where the toolchain is unpacked, p a path inside it.

@@ -145,13 +145,10 @@ func (f skipOffline) Update(ctx context.Context) error {
 	return nil
 }
 
-// TestToolchainCompilesC fetches the toolchain (and wasi-libc) from the
-// machine's Debian mirror into a temporary cache, unpacks it as the build
-// does and compiles a C program for wasm32-wasi with it, which wazero
-// then runs. Packages already in the user's cache are taken from there
-// (verified) instead of downloaded again. It needs a Debian machine (apt,
-// a Debian mirror) and the network; it runs as any user.
-func TestToolchainCompilesC(t *testing.T) {
+// unpackedToolchain fetches (or takes from the user's cache) the
+// toolchain, wasi-libc and LLVM's sources, and unpacks the first two into
+// a builder's work directory.
+func unpackedToolchain(t *testing.T) *builder {
 	if testing.Short() {
 		t.Skip("-short: fetches and unpacks the toolchain (about 75 MB, 355 MB unpacked)")
 	}
@@ -162,8 +159,9 @@ func TestToolchainCompilesC(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
+	tc := len(list)
 	for _, in := range Inputs {
-		if in.Package == "wasi-libc" {
+		if in.Package == "wasi-libc" || in.Package == LLVMSource.Package {
 			list = append(list, in)
 		}
 	}
@@ -185,14 +183,25 @@ func TestToolchainCompilesC(t *testing.T) {
 	files, err := fetchInputs(ctx, d, opts, list)
 	require.NoError(t, err)
 
-	b := &builder{w: t.TempDir(), files: files, jobs: 1, toolchain: list[:len(list)-1]}
+	b := &builder{w: t.TempDir(), files: files, jobs: 1, toolchain: list[:tc]}
 	require.NoError(t, b.unpackToolchain(ctx))
 	assert.Contains(t, b.tcVersion, "clang version 19.1.7")
 	res, err := b.output(ctx, b.w, "clang-19", "-print-resource-dir")
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(res, b.toolchainDir()), "clang-19 on the build's PATH is the fetched one: %s", res)
-
 	require.NoError(t, b.run(ctx, b.w, nil, "dpkg-deb", "-x", files["wasi-libc"], b.path("wasi-libc")))
+	return b
+}
+
+// TestToolchainCompilesC fetches the toolchain (and wasi-libc) from the
+// machine's Debian mirror into a temporary cache, unpacks it as the build
+// does and compiles a C program for wasm32-wasi with it, which wazero
+// then runs. Packages already in the user's cache are taken from there
+// (verified) instead of downloaded again. It needs a Debian machine (apt,
+// a Debian mirror) and the network; it runs as any user.
+func TestToolchainCompilesC(t *testing.T) {
+	ctx := context.Background()
+	b := unpackedToolchain(t)
 	src := "#include <stdio.h>\nint main(void) { printf(\"hello from wasm32-wasi %d\\n\", 6 * 7); return 0; }\n"
 	require.NoError(t, os.WriteFile(b.path("hello.c"), []byte(src), 0o644))
 	cc := strings.Fields(b.cc())
@@ -207,6 +216,51 @@ func TestToolchainCompilesC(t *testing.T) {
 	_, err = r.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStdout(&out))
 	require.NoError(t, err)
 	assert.Equal(t, "hello from wasm32-wasi 42\n", out.String())
+}
+
+// TestProfileRuntime builds LLVM's profile runtime as the profile-guided
+// build does, links an instrumented C program with it, runs it on wazero
+// as the training runs the interpreter, and merges what it wrote: the
+// merged profile has the program's functions with the counts of the run.
+// Its needs are TestToolchainCompilesC's, and LLVM's source tarball.
+func TestProfileRuntime(t *testing.T) {
+	ctx := context.Background()
+	b := unpackedToolchain(t)
+	require.NoError(t, b.profileRuntime(ctx))
+	src := `#include <stdio.h>
+static int twice(int x) { return x % 3 ? 2 * x : x + 1; }
+int main(void) { long s = 0; for (int i = 0; i < 1000; i++) s += twice(i); printf("%ld\n", s); return 0; }
+`
+	require.NoError(t, os.WriteFile(b.path("count.c"), []byte(src), 0o644))
+	cc := strings.Fields(b.cc())
+	args := append(cc[1:], "-O0", pgoGenerate, "count.c", "-o", "count.wasm")
+	require.NoError(t, b.run(ctx, b.w, nil, cc[0], append(args, strings.Fields(b.pgoLibs())...)...))
+	wasm, err := os.ReadFile(b.path("count.wasm"))
+	require.NoError(t, err)
+
+	require.NoError(t, os.MkdirAll(b.path("pgo", "raw"), 0o755))
+	out, err := os.Create(b.path("count.log"))
+	require.NoError(t, err)
+	defer out.Close()
+	code, err := runWASI(ctx, wasm, []string{"count"}, map[string]string{"LLVM_PROFILE_FILE": "/raw/count.profraw"},
+		[]wasiMount{{b.path("pgo", "raw"), "/raw", false}}, out)
+	require.NoError(t, err)
+	require.Zero(t, code)
+	log, err := os.ReadFile(b.path("count.log"))
+	require.NoError(t, err)
+	assert.Equal(t, "832501\n", string(log))
+
+	prof := b.path("pgo", "count.profdata")
+	require.NoError(t, b.run(ctx, b.w, nil, "llvm-profdata-19", "merge", "-o", prof, b.path("pgo", "raw", "count.profraw")))
+	shown, err := b.output(ctx, b.w, "llvm-profdata-19", "show", "--all-functions", "--counts", prof)
+	require.NoError(t, err)
+	// IR-level counts, one per edge the instrumentation chose: main's
+	// loop ran 1000 times and returned once; twice took its branches 666
+	// and 334 times.
+	assert.Contains(t, shown, "main:\n    Hash:")
+	assert.Contains(t, shown, "Block counts: [1000, 1]")
+	assert.Contains(t, shown, "count.c;twice:")
+	assert.Contains(t, shown, "Block counts: [666, 334]")
 }
 
 // seedSources copies into sources the packages of list that the user's

@@ -46,13 +46,9 @@ const recipeVersion = 2
 
 // Source is the tarball of LLVM 19.1.7's sources (Debian's .orig of
 // llvm-toolchain-19), of which the build uses libcxx, libcxxabi and
-// libunwind's unwind.h.
-var Source = cpython.Input{
-	Package: "llvm-toolchain-19", Version: "1:19.1.7-3~deb12u1", Suite: cpython.ToolchainSuite, Kind: cpython.Source,
-	File:     "llvm-toolchain-19_19.1.7.orig.tar.xz",
-	SHA256:   "ae498f3bc58ae2d9f64ef5f0c035c4240152bf015a5b7738b15c22e93bdc97ce",
-	Upstream: "LLVM 19.1.7 sources (libc++, libc++abi, libunwind)",
-}
+// libunwind's unwind.h: the guest build's own input (its profile runtime
+// comes from compiler-rt).
+var Source = cpython.LLVMSource
 
 // emeh is the runtime's own part: the unwinder and the landing pads'
 // queries of Emscripten-style exceptions, compiled into libc++abi.a.
