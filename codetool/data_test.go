@@ -152,7 +152,7 @@ func TestDataLimitsInCpp(t *testing.T) {
 		res, err := sb.Run(ctx, cppThrow, nil)
 		sb.Close()
 		require.NoError(t, err, "%s", res.Stderr)
-		assert.Equal(t, "['ValueError']\n[True, False]\n", string(res.Stdout))
+		assert.Equal(t, "['ValueError']\n[1.0, 0.0]\n", string(res.Stdout))
 		fuel = append(fuel, res.FuelUsed)
 	}
 	assert.Equal(t, fuel[0], fuel[1], "the same run uses the same fuel")

@@ -76,6 +76,7 @@ type Sandbox struct {
 	errno  errnoSink
 	host   *hostchan.Server // nil without host functions or network
 	hostFS sys.FS           // what is mounted at hostMountPath, with host
+	stdlib sys.FS           // the built guest's standard library at /usr, if it has one
 	ctl    afero.Fs         // the control directory of a session or a one-shot Python sandbox; nil for none
 	ctlFS  *wasi.FS         // ctl as the guest sees it
 	closed bool
@@ -150,6 +151,7 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 			return nil, fmt.Errorf("sandbox: standard library: %w", err)
 		}
 		fscfg = fscfg.WithSysFSMount(fsys, stdlibPath).(sysfs.FSConfig)
+		s.stdlib = fsys
 	}
 	for i, m := range mounts {
 		// Device numbers 1, 2, ... in mount order: distinct within the

@@ -54,6 +54,9 @@ func (e *OpenFileError) Unwrap() []error {
 
 // guestPath is where a descriptor's file is for the guest.
 func (s *Session) guestPath(mount int, rel string) string {
+	if mount == snapshot.StdlibMount {
+		return path.Join(stdlibPath, rel)
+	}
 	if mount < 0 || mount >= len(s.layout) {
 		return rel
 	}
@@ -67,6 +70,8 @@ func (s *Session) mountFS(i int) sys.FS {
 		return s.sb.order[i].fs
 	case i == len(s.sb.order) && s.sb.hostFS != nil:
 		return s.sb.hostFS
+	case i == snapshot.StdlibMount && s.sb.stdlib != nil:
+		return s.sb.stdlib
 	}
 	return nil
 }
@@ -99,12 +104,17 @@ func (s *Session) describeFiles(in *instance) (fds []snapshot.Descriptor, lost [
 
 // describe describes one descriptor.
 func (s *Session) describe(e fdEntry) (snapshot.Descriptor, *OpenFileError) {
-	mount := -1
+	mount, found := 0, false
 	for i := range s.layout {
 		if fsys := s.mountFS(i); fsys != nil && e.fs == fsys {
-			mount = i
+			mount, found = i, true
 			break
 		}
+	}
+	if !found && s.sb.stdlib != nil && e.fs == s.sb.stdlib {
+		// The standard library (a font matplotlib keeps open): the same
+		// in every session of the guest build the snapshot names.
+		mount, found = snapshot.StdlibMount, true
 	}
 	fail := func(p, reason string, err error) (snapshot.Descriptor, *OpenFileError) {
 		return snapshot.Descriptor{}, &OpenFileError{FD: e.fd, Path: p, Reason: reason, Err: err}
@@ -113,7 +123,7 @@ func (s *Session) describe(e fdEntry) (snapshot.Descriptor, *OpenFileError) {
 	if rel == "" || rel == "/" {
 		rel = "."
 	}
-	if mount < 0 || e.file == nil {
+	if !found || e.file == nil {
 		return fail(e.name, "not a file of the session's mounts (a special file)", nil)
 	}
 	d := snapshot.Descriptor{FD: e.fd, Mount: mount}

@@ -239,3 +239,24 @@ func TestSessionStopAfterDeletingHeldFile(t *testing.T) {
 	assert.Equal(t, "(1, 'EBADF', 2)", run(t, s, "import errno\ntry:\n    f.write('a'); f.flush(); e = None\nexcept OSError as ex:\n    e = errno.errorcode[ex.errno]\n(x, e, g.write('ok'))").Value)
 	require.NoError(t, s.Snapshot(&bytes.Buffer{}), "the closed descriptor is not carried")
 }
+
+// TestSessionOpenStdlibFile: a file of the guest's standard library held
+// open (matplotlib keeps its fonts open) is carried by a snapshot, a fork
+// and a hibernation, at its offset, read-only.
+func TestSessionOpenStdlibFile(t *testing.T) {
+	s := newSession(t, nil)
+	run(t, s, "f = open('/usr/lib/python313.zip', 'rb')\nhead = f.read(2)\nf.seek(0)\nf.read(1)")
+	check := func(s *sandbox.Session) {
+		t.Helper()
+		assert.Equal(t, "(b'K', True, 2)", run(t, s, "(f.read(1), head == b'PK', f.tell())").Value)
+	}
+	fork, err := s.Fork(context.Background())
+	require.NoError(t, err)
+	defer fork.Close()
+	check(fork)
+	r := resume(t, snapshotOf(t, s), nil)
+	check(r)
+	check(s)
+	// A snapshot may not claim to write there.
+	assert.Equal(t, "OSError", run(t, s, "g = None\ntry:\n    g = open('/usr/lib/python313.zip', 'ab')\nexcept OSError as e:\n    g = type(e).__name__\ng").Value[1:8])
+}

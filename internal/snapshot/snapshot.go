@@ -119,13 +119,20 @@ type Mount struct {
 	InMemory bool `json:"in_memory,omitempty"`
 }
 
+// StdlibMount is Descriptor.Mount for a file of the built guest's standard
+// library (matplotlib keeps its fonts open there).
+const StdlibMount = -1
+
 // Descriptor is a file or directory the guest holds open, which a resumed
 // session opens again at the same descriptor number.
 type Descriptor struct {
 	// FD is the descriptor's number, at least 3 (after stdio) and below
 	// MaxFD.
 	FD int32 `json:"fd"`
-	// Mount is the index into Header.Mounts of the mount it is in.
+	// Mount is the index into Header.Mounts of the mount it is in, or
+	// StdlibMount for the built guest's standard library (/usr), which is
+	// no mount of the session's but the guest build's, named by the
+	// snapshot.
 	Mount int `json:"mount"`
 	// Path is where it is, relative to the mount: clean, slash-separated,
 	// "." for the mount's root directory itself; at most MaxPath bytes.
@@ -774,8 +781,10 @@ func checkDescriptors(h *Header, kind error) error {
 		switch {
 		case d.FD <= last || d.FD >= MaxFD:
 			return fmt.Errorf("%w: descriptor %d out of order or outside 3 to %d", kind, d.FD, MaxFD-1)
-		case d.Mount < 0 || d.Mount >= len(h.Mounts):
+		case (d.Mount < 0 || d.Mount >= len(h.Mounts)) && d.Mount != StdlibMount:
 			return fmt.Errorf("%w: descriptor %d in mount %d of %d", kind, d.FD, d.Mount, len(h.Mounts))
+		case d.Mount == StdlibMount && (d.Write || d.Append):
+			return fmt.Errorf("%w: descriptor %d of the read-only standard library opened for writing", kind, d.FD)
 		case len(d.Path) > MaxPath:
 			return fmt.Errorf("%w: descriptor %d has a path of %d bytes, at most %d allowed", kind, d.FD, len(d.Path), MaxPath)
 		case d.Path != "." && !validPath(d.Path):

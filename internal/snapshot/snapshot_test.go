@@ -310,12 +310,14 @@ func craftWithBody(version uint32, header string, body []byte) []byte {
 
 func TestDecodeDescriptors(t *testing.T) {
 	body := emptyBody(t)
-	ok := `{"fd":3,"mount":0,"path":"tmp/a.db","read":true,"write":true,"offset":7},{"fd":7,"mount":0,"path":".","dir":true,"read":true}`
+	ok := `{"fd":3,"mount":0,"path":"tmp/a.db","read":true,"write":true,"offset":7},{"fd":7,"mount":0,"path":".","dir":true,"read":true},` +
+		`{"fd":9,"mount":-1,"path":"share/font.ttf","read":true,"offset":12}`
 	s, err := Decode(bytes.NewReader(craftWithBody(Version, descriptorHeader(ok), body)), testLimits)
 	require.NoError(t, err)
 	require.Equal(t, []Descriptor{
 		{FD: 3, Mount: 0, Path: "tmp/a.db", Read: true, Write: true, Offset: 7},
 		{FD: 7, Mount: 0, Path: ".", Dir: true, Read: true},
+		{FD: 9, Mount: StdlibMount, Path: "share/font.ttf", Read: true, Offset: 12},
 	}, s.Header.Descriptors)
 
 	for name, items := range map[string]string{
@@ -324,7 +326,8 @@ func TestDecodeDescriptors(t *testing.T) {
 		"same number twice":  `{"fd":3,"mount":0,"path":"a","read":true},{"fd":3,"mount":0,"path":"b","read":true}`,
 		"out of order":       `{"fd":4,"mount":0,"path":"a","read":true},{"fd":3,"mount":0,"path":"b","read":true}`,
 		"no such mount":      `{"fd":3,"mount":1,"path":"a","read":true}`,
-		"negative mount":     `{"fd":3,"mount":-1,"path":"a","read":true}`,
+		"negative mount":     `{"fd":3,"mount":-2,"path":"a","read":true}`,
+		"stdlib for writing": `{"fd":3,"mount":-1,"path":"a","read":true,"write":true}`,
 		"absolute path":      `{"fd":3,"mount":0,"path":"/etc/passwd","read":true}`,
 		"escaping path":      `{"fd":3,"mount":0,"path":"../x","read":true}`,
 		"unclean path":       `{"fd":3,"mount":0,"path":"a/../../x","read":true}`,
