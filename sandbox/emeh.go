@@ -114,18 +114,11 @@ func sameTypes(a, b []api.ValueType) bool {
 }
 
 // instantiate adds the host module to rt.
-func (h *ehHost) instantiate(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) error {
+func (h *ehHost) instantiate(ctx context.Context, rt wazero.Runtime) error {
 	b := rt.NewHostModuleBuilder(emeh.ImportModule)
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(unwind), nil, nil).Export(emeh.UnwindName)
-	types := map[string]api.FunctionDefinition{}
-	for _, f := range compiled.ImportedFunctions() {
-		if mod, name, _ := f.Import(); mod == emeh.ImportModule {
-			types[name] = f
-		}
-	}
 	for i, iv := range h.invokes {
-		f := types[iv.name]
-		b.NewFunctionBuilder().WithGoModuleFunction(invokeFunc(i), f.ParamTypes(), f.ResultTypes()).Export(iv.name)
+		b.NewFunctionBuilder().WithGoModuleFunction(invokeFunc(i), iv.params, iv.results).Export(iv.name)
 	}
 	_, err := b.Instantiate(ctx)
 	return err

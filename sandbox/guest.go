@@ -357,7 +357,7 @@ func compile(ctx context.Context, wasm []byte, opts *Options) (g *Guest, err err
 		return nil, err
 	}
 	if eh != nil {
-		if err = eh.instantiate(ctx, rt, compiled); err != nil {
+		if err = eh.instantiate(ctx, rt); err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	}

@@ -182,15 +182,20 @@ func removeFile(name string, durable bool) error {
 	if !durable {
 		return nil
 	}
-	dir, err := os.Open(filepath.Dir(name))
-	if err != nil {
-		return fmt.Errorf("sessionstore: %w", err)
-	}
-	defer dir.Close()
-	if err := dir.Sync(); err != nil {
+	if err := syncDir(filepath.Dir(name)); err != nil {
 		return fmt.Errorf("sessionstore: %w", err)
 	}
 	return nil
+}
+
+// syncDir fsyncs a directory, making a rename or removal in it durable.
+func syncDir(name string) error {
+	dir, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }
 
 // removeTombstone deletes key's record in t if it is a removed one (an
@@ -336,12 +341,7 @@ func writeFile(name string, data []byte, durable bool) (err error) {
 		return err
 	}
 	if durable {
-		dir, err := os.Open(filepath.Dir(name))
-		if err != nil {
-			return err
-		}
-		defer dir.Close()
-		return dir.Sync()
+		return syncDir(filepath.Dir(name))
 	}
 	return nil
 }

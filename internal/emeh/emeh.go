@@ -86,6 +86,7 @@ type module struct {
 	typesErr    error // a type form readTypes does not know, found before the end
 	imports     Imports
 	importedFns uint32
+	tableImport bool // the module imports a table
 	// invokeTypes are the invokes' type indices, by Imports.Invokes.
 	invokeTypes []uint32
 }
@@ -114,6 +115,9 @@ func read(m *wasmbin.Module) (*module, error) {
 	}
 	seen := map[string]bool{}
 	for _, im := range imports {
+		if im.Kind == wasmbin.ImportTable {
+			mod.tableImport = true
+		}
 		if im.Kind != wasmbin.ImportFunc {
 			continue
 		}
@@ -228,7 +232,7 @@ func Prepare(wasm []byte) ([]byte, error) {
 }
 
 func (mod *module) prepare(m *wasmbin.Module) error {
-	if m.Section(wasmbin.SectionTable) == nil && !importsTable(m) {
+	if m.Section(wasmbin.SectionTable) == nil && !mod.tableImport {
 		return fmt.Errorf("emeh: %w: the module imports invoke functions but has no table", wasmbin.ErrMalformed)
 	}
 	// The callees' types, added to the type section where missing.
@@ -299,24 +303,6 @@ func (mod *module) prepare(m *wasmbin.Module) error {
 		}
 	}
 	return nil
-}
-
-// importsTable reports whether m imports a table.
-func importsTable(m *wasmbin.Module) bool {
-	sec := m.Section(wasmbin.SectionImport)
-	if sec == nil {
-		return false
-	}
-	imports, err := wasmbin.Imports(sec.Payload)
-	if err != nil {
-		return false
-	}
-	for _, im := range imports {
-		if im.Kind == wasmbin.ImportTable {
-			return true
-		}
-	}
-	return false
 }
 
 // checkExports fails with ErrPrepared if m exports a dyncall name.
