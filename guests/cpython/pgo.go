@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 
@@ -108,7 +110,7 @@ func pgoFlags() []string {
 		"pgo profile runtime: " + strings.Join(profileSources, " ") + " " + strings.Join(profileFlags, " ") +
 			" shim " + pipeline.Digest([]byte(profileShimHeader+profileShimSource)),
 		"pgo instrumented: OPT=-DNDEBUG " + OptFlags + " " + pgoGenerate,
-		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source, wazero, fake clocks), env " + trainEnvFlag(),
+		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source, wazero, fake clocks, detFS: fixed file times, inodes in the order seen, sorted directories, stdout not a file), env " + trainEnvFlag(),
 		"pgo use: OPT=-DNDEBUG " + OptFlags + " " + pgoUse("$W"),
 	}
 }
@@ -256,8 +258,9 @@ type wasiMount struct {
 
 // runWASI runs a WASI command on wazero with the given host directories
 // mounted, stdout and stderr to out, and returns its exit code. Clocks and
-// random numbers are wazero's deterministic defaults, so a training run
-// does the same work each time.
+// random numbers are wazero's deterministic defaults and the directories
+// are seen through detFS, so a training run does the same work each time,
+// on any machine.
 func runWASI(ctx context.Context, wasm []byte, args []string, env map[string]string, mounts []wasiMount, out *os.File) (int, error) {
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
 	defer rt.Close(ctx)
@@ -267,14 +270,18 @@ func runWASI(ctx context.Context, wasm []byte, args []string, env map[string]str
 		return 0, err
 	}
 	fs := wazero.NewFSConfig()
-	for _, m := range mounts {
+	ino := &inodes{}
+	for i, m := range mounts {
+		host := sysfs.DirFS(m.host)
 		if m.readOnly {
-			fs = fs.WithReadOnlyDirMount(m.host, m.guest)
-		} else {
-			fs = fs.WithDirMount(m.host, m.guest)
+			host = &sysfs.ReadFS{FS: host}
 		}
+		fs = fs.(sysfs.FSConfig).WithSysFSMount(&detFS{FS: host, dev: uint64(i + 1), inodes: ino}, m.guest)
 	}
-	mc := wazero.NewModuleConfig().WithName("").WithArgs(args...).WithStdout(out).WithStderr(out).WithFSConfig(fs)
+	// A plain writer, not the *os.File: wazero would show the log file's
+	// own inode and times.
+	log := struct{ io.Writer }{out}
+	mc := wazero.NewModuleConfig().WithName("").WithArgs(args...).WithStdout(log).WithStderr(log).WithFSConfig(fs)
 	// In a fixed order: the guest's os.environ is built in this order, and
 	// a different one is different work for the training run.
 	for _, k := range slices.Sorted(maps.Keys(env)) {
