@@ -264,6 +264,36 @@ var contourpySourceEdits = []sourceEdit{
 		"  'none (meson without meson-python)'\n", 1},
 }
 
+// pillowSourceEdits are the changes made to Pillow's tree before the
+// build: methods Python calls with (self, NULL), declared with one
+// parameter (secondParam). Image.getextrema() trapped.
+var pillowSourceEdits = slices.Concat(
+	secondParam("src/_imaging.c", "PyObject *Py_UNUSED(args)",
+		"_getpalettemode(ImagingObject *self)", "_isblock(ImagingObject *self)",
+		"_getextrema(ImagingObject *self)", "_getprojection(ImagingObject *self)",
+		"_split(ImagingObject *self)", "_chop_invert(ImagingObject *self)"),
+	secondParam("src/encode.c", "PyObject *Py_UNUSED(args)", "_encode_to_pyfd(ImagingEncoderObject *encoder)"),
+)
+
+// kiwiSourceEdits are the changes made to kiwisolver's tree before the
+// build: methods and getters Python calls with (self, NULL), declared with
+// one parameter (secondParam; C++, so a default argument keeps the direct
+// calls). Variable.value() and strength.weak trapped.
+var kiwiSourceEdits = slices.Concat(
+	secondParam("py/src/constraint.cpp", "PyObject* = nullptr", "Constraint_expression(Constraint *self)",
+		"Constraint_op(Constraint *self)", "Constraint_strength(Constraint *self)", "Constraint_violated(Constraint *self)"),
+	secondParam("py/src/expression.cpp", "PyObject* = nullptr", "Expression_terms( Expression* self )",
+		"Expression_constant( Expression* self )", "Expression_value( Expression* self )"),
+	secondParam("py/src/solver.cpp", "PyObject* = nullptr", "Solver_updateVariables( Solver* self )",
+		"Solver_reset( Solver* self )", "Solver_dump( Solver* self )", "Solver_dumps( Solver* self )"),
+	secondParam("py/src/strength.cpp", "void* = nullptr", "strength_weak( strength* self )",
+		"strength_medium( strength* self )", "strength_strong( strength* self )", "strength_required( strength* self )"),
+	secondParam("py/src/term.cpp", "PyObject* = nullptr", "Term_variable( Term* self )",
+		"Term_coefficient( Term* self )", "Term_value( Term* self )"),
+	secondParam("py/src/variable.cpp", "PyObject* = nullptr", "Variable_name( Variable* self )",
+		"Variable_context( Variable* self )", "Variable_value( Variable* self )"),
+)
+
 // The edits of mplEnumEdits: linked into python.wasm, a module's static
 // initializers run when the interpreter starts, before Python is
 // initialized, where a shared module's run when Python loads it. Those of
@@ -297,6 +327,8 @@ func matplotlibFlags() []string {
 		"matplotlib: pillow " + strings.Join(pillowDefines, " "),
 		"matplotlib: edits " + editFlags(append(mplSourceEdits, mplEnumEdits...)),
 		"contourpy: edits " + editFlags(contourpySourceEdits),
+		"pillow: edits " + editFlags(pillowSourceEdits),
+		"kiwisolver: edits " + editFlags(kiwiSourceEdits),
 		"contourpy: cpp_args " + strings.Join((&builder{w: "$W"}).contourpyCppArgs(), " ") + " " + noThreadsHeader,
 	}
 }
@@ -330,6 +362,12 @@ func (b *builder) mplExtract(ctx context.Context) error {
 		return err
 	}
 	if err := applyEdits(b.path(contourpySrc), "contourpy", contourpySourceEdits); err != nil {
+		return err
+	}
+	if err := applyEdits(b.path(pillowSrc), "pillow", pillowSourceEdits); err != nil {
+		return err
+	}
+	if err := applyEdits(b.path(kiwiSrc), "kiwisolver", kiwiSourceEdits); err != nil {
 		return err
 	}
 	// Qhull 2020.2 is the 8.0.2 that matplotlib's wrap names: put where

@@ -92,7 +92,8 @@ func TestMplExcluded(t *testing.T) {
 	}
 }
 
-// TestMplSourceEdits applies matplotlib's and contourpy's edits to their
+// TestMplSourceEdits applies matplotlib's, contourpy's, Pillow's,
+// kiwisolver's and numpy's edits to their
 // tarballs (in the cache's sources directory after a build): each edit's
 // text occurs as often as it says.
 func TestMplSourceEdits(t *testing.T) {
@@ -104,6 +105,9 @@ func TestMplSourceEdits(t *testing.T) {
 	}{
 		{MatplotlibLocalInputs[0].File, mplSrc, append(mplSourceEdits, mplEnumEdits...)},
 		{MatplotlibInputs[3].File, contourpySrc, contourpySourceEdits},
+		{MatplotlibInputs[2].File, pillowSrc, pillowSourceEdits},
+		{MatplotlibLocalInputs[1].File, kiwiSrc, kiwiSourceEdits},
+		{NumpyInputs[0].File, numpySrc, numpySourceEdits},
 	} {
 		tarball := filepath.Join(d.sources, c.tarball)
 		if _, err := os.Stat(tarball); err != nil {

@@ -82,7 +82,7 @@ var numpySkipModules = map[string]bool{
 // numpySourceEdits are the changes made to numpy's tree before the build,
 // each a file, the text replaced, its replacement and how many times it
 // must occur.
-var numpySourceEdits = []sourceEdit{
+var numpySourceEdits = slices.Concat([]sourceEdit{
 	// npy_cpu.h knows wasm only by emscripten's macro.
 	{"numpy/_core/include/numpy/npy_cpu.h", "#elif defined(__EMSCRIPTEN__)\n", "#elif defined(__EMSCRIPTEN__) || defined(__wasm__)\n", 1},
 	// .npy files are written and read through the file object: numpy's
@@ -98,7 +98,17 @@ var numpySourceEdits = []sourceEdit{
 	// Generator.multinomial called a signature-mismatch stub. The legacy
 	// copy's functions are renamed, in mtrand's sources only.
 	{"numpy/_core/include/numpy/random/distributions.h", "#define RAND_INT_MAX LONG_MAX\n", "#define RAND_INT_MAX LONG_MAX\n" + legacyRenames(), 1},
-}
+},
+	// Called with (self, NULL), declared with one parameter (secondParam):
+	// _array_converter's scalar_input, an array method's
+	// _supports_unaligned and the test dtype's __reduce__.
+	secondParam("numpy/_core/src/multiarray/array_converter.c", "void *NPY_UNUSED(closure)",
+		"array_converter_get_scalar_input(PyArrayArrayConverterObject *self)"),
+	secondParam("numpy/_core/src/multiarray/array_method.c", "void *NPY_UNUSED(closure)",
+		"boundarraymethod__supports_unaligned(PyBoundArrayMethodObject *self)"),
+	secondParam("numpy/_core/src/umath/_scaled_float_dtype.c", "PyObject *NPY_UNUSED(args)",
+		"sfloat___reduce__(PyArray_SFloatDescr *self)"),
+)
 
 // numpyLegacyNames are the external functions numpy/random/src/
 // distributions/distributions.c defines (`nm --defined-only --extern-only`

@@ -36,6 +36,20 @@ func applyEdits(dir, what string, edits []sourceEdit) error {
 	return nil
 }
 
+// secondParam gives each function of defs (its definition's head, as
+// "name(Type *self)") the unused second parameter param, in file.
+// Python calls a METH_NOARGS method and a getter with two arguments,
+// (self, NULL); C code that declares such a function with one and casts
+// it to PyCFunction or getter works on native ABIs, but on wasm32 the
+// call is an indirect call of another type, which traps.
+func secondParam(file, param string, defs ...string) []sourceEdit {
+	var edits []sourceEdit
+	for _, d := range defs {
+		edits = append(edits, sourceEdit{file, d, strings.TrimSuffix(d, ")") + ", " + param + ")", 1})
+	}
+	return edits
+}
+
 // editFlags describes edits for Info.Flags (and so the cache key).
 func editFlags(edits []sourceEdit) string {
 	var out []string
