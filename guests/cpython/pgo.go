@@ -1,6 +1,7 @@
 package cpython
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -110,7 +111,7 @@ func pgoFlags() []string {
 		"pgo profile runtime: " + strings.Join(profileSources, " ") + " " + strings.Join(profileFlags, " ") +
 			" shim " + pipeline.Digest([]byte(profileShimHeader+profileShimSource)),
 		"pgo instrumented: OPT=-DNDEBUG " + OptFlags + " " + pgoGenerate,
-		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source, wazero, fake clocks, detFS: fixed file times, inodes in the order seen, sorted directories, stdout not a file), env " + trainEnvFlag(),
+		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source, sysconfig data with the work directory as /build, wazero, fake clocks, detFS: fixed file times, inodes in the order seen, sorted directories, stdout not a file), env " + trainEnvFlag(),
 		"pgo use: OPT=-DNDEBUG " + OptFlags + " " + pgoUse("$W"),
 	}
 }
@@ -197,11 +198,28 @@ func (b *builder) pgoTrain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sysconfig, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-*"))
-	if err != nil || len(sysconfig) != 1 {
-		return fmt.Errorf("the cross build's lib.wasi-wasm32-* directory: %v (%d found)", err, len(sysconfig))
+	// The cross build's sysconfig data names the work directory, whose
+	// name differs from build to build: the training reads it as the
+	// standard library will (mapped to /build), or its strings, and so
+	// its allocations and its profile, would differ.
+	built, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-*", "*.py"))
+	if err != nil || len(built) == 0 {
+		return fmt.Errorf("the cross build's sysconfig data (lib.wasi-wasm32-*/*.py): %v (%d found)", err, len(built))
 	}
-	if err := train(ctx, wasm, b.path(pySrc, "Lib"), sysconfig[0], b.path("pgo"), filepath.Join(b.w, "logs", "pgo-train.log")); err != nil {
+	sysconfig := b.path("pgo", "sysconfig")
+	if err := os.MkdirAll(sysconfig, 0o755); err != nil {
+		return err
+	}
+	for _, f := range built {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(sysconfig, filepath.Base(f)), bytes.ReplaceAll(data, []byte(b.w), []byte("/build")), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := train(ctx, wasm, b.path(pySrc, "Lib"), sysconfig, b.path("pgo"), filepath.Join(b.w, "logs", "pgo-train.log")); err != nil {
 		return err
 	}
 	return b.run(ctx, b.path("pgo"), nil, "llvm-profdata-19", "merge", "-o", b.path("pgo", "python.profdata"),
