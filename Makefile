@@ -73,7 +73,14 @@ guest-build-matplotlib: build guest-build-tools
 	$(BIN) guest build --with matplotlib $(MPL_FLAGS)
 	$(BIN) guest info --with matplotlib
 
+# Debian's python3-pytest runs matplotlib's own tests in the guest
+# (TestMatplotlibTestSuiteSlice); python3-pandas and python3-matplotlib are
+# BenchmarkData's native baseline: installed here if missing (as root).
 guest-build-data: build guest-build-tools
+	@[ -d /usr/lib/python3/dist-packages/_pytest ] && [ -d /usr/lib/python3/dist-packages/matplotlib ] && [ -d /usr/lib/python3/dist-packages/pandas ] || \
+		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pytest python3-hypothesis python3-pandas python3-matplotlib; } || \
+		echo "note: install Debian's python3-pytest, python3-pandas and python3-matplotlib to run matplotlib's tests in the guest and the data benchmark"
 	$(BIN) guest build --with data $(MPL_FLAGS)
 	$(BIN) guest info --with data
 

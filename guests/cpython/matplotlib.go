@@ -213,6 +213,12 @@ var mplSourceEdits = []sourceEdit{
 	// under /usr/share (mplPython).
 	{"lib/matplotlib/__init__.py", "    return str(Path(__file__).with_name(\"mpl-data\"))\n",
 		"    return " + strconv.Quote(mplDataPath) + "\n", 1},
+	// Delaunay triangulation (Qhull) hides Qhull's messages by writing
+	// them to /dev/null, which the sandbox has not: every triangulation
+	// raised "Could not open devnull". They go to a 4 KiB memory stream
+	// instead, which drops what does not fit and is freed at fclose.
+	{"src/_qhull_wrapper.cpp", "        error_file = fopen(STRINGIFY(MPL_DEVNULL), \"w\");\n",
+		"        error_file = fmemopen(NULL, 4096, \"w\");  /* fumehood: the sandbox has no /dev/null */\n", 1},
 	// The Tk backend's module finds Tcl/Tk by loading libraries at run
 	// time, which WASI cannot: not built.
 	// (and mplEnumEdits)

@@ -417,6 +417,14 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 // /dev/null (WASI has neither).
 func runPytest(t *testing.T, s *sandbox.Sandbox, args []string, want string) {
 	t.Helper()
+	runPytestWith(t, func(prog string) (*sandbox.Result, error) {
+		return s.Exec(context.Background(), nil, "-c", prog)
+	}, args, want)
+}
+
+// runPytestWith is runPytest with the program run by run.
+func runPytestWith(t *testing.T, run func(prog string) (*sandbox.Result, error), args []string, want string) {
+	t.Helper()
 	args = append([]string{"-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:logging",
 		"--assert=plain", "-W", "ignore::pytest.PytestUnknownMarkWarning", "-rfE", "--tb=short"}, args...)
 	quoted := make([]string, len(args))
@@ -426,7 +434,7 @@ func runPytest(t *testing.T, s *sandbox.Sandbox, args []string, want string) {
 	prog := "import os, sys\nsys.path.insert(0, \"/pt/site\")\nos.getuid = lambda: 0\nimport pytest\n" +
 		"sys.exit(pytest.main([" + strings.Join(quoted, ", ") + "]))\n"
 	start := time.Now()
-	res, err := s.Exec(context.Background(), nil, "-c", prog)
+	res, err := run(prog)
 	t.Logf("%v, fuel %.3g:\n%s", time.Since(start).Round(time.Second), float64(res.FuelUsed), lastLines(string(res.Stdout), 25))
 	require.NoError(t, err, "stderr: %s", lastLines(string(res.Stderr), 25))
 	assert.Contains(t, lastLines(string(res.Stdout), 1), want)

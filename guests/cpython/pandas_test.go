@@ -307,14 +307,14 @@ func TestPandasTestSuiteSlice(t *testing.T) {
 // (pandas' conftest) with its dependency sortedcontainers.
 var pandasTestDeps = []string{"hypothesis", "sortedcontainers", "exceptiongroup"}
 
-// pandasBenchProgram times, inside the interpreter, import pandas (numpy
-// included), read_csv of 100,000 rows and a groupby().agg() on them, the
-// last two the median of 5; the same program runs natively.
-const pandasBenchProgram = `
+// pandasBenchSetup imports pandas (timed) and writes a CSV of 100,000
+// rows: the start of pandasBenchProgram and dataBenchProgram.
+const pandasBenchSetup = `
 import json, os, statistics, tempfile, time
+out = {}
 t0 = time.perf_counter()
 import pandas as pd
-t1 = time.perf_counter()
+out["import"] = (time.perf_counter() - t0) * 1e3
 import numpy as np
 rng = np.random.default_rng(0)
 n = 100_000
@@ -324,17 +324,26 @@ src = pd.DataFrame({"id": np.arange(n), "key": rng.integers(0, 100, n),
                     "when": pd.date_range("2024-01-01", periods=n, freq="min").astype(str)})
 path = os.path.join(tempfile.gettempdir(), "fh-bench-%d.csv" % os.getpid())
 src.to_csv(path, index=False)
-rc, ag = [], []
-for _ in range(5):
-    s = time.perf_counter(); df = pd.read_csv(path); rc.append(time.perf_counter() - s)
-for _ in range(5):
-    s = time.perf_counter()
-    r = df.groupby(["key", "cat"]).agg({"x": ["mean", "sum"], "y": "max", "id": "count"})
-    ag.append(time.perf_counter() - s)
+def median_ms(f, n=5):
+    ts = []
+    for _ in range(n):
+        s = time.perf_counter(); f(); ts.append(time.perf_counter() - s)
+    return statistics.median(ts) * 1e3
+`
+
+// pandasBenchProgram times, inside the interpreter, import pandas (numpy
+// included), read_csv of 100,000 rows and a groupby().agg() on them, the
+// last two the median of 5; the same program runs natively. It prints
+// its times in ms as JSON, with pandas' version.
+const pandasBenchProgram = pandasBenchSetup + `
+out["read_csv"] = median_ms(lambda: pd.read_csv(path))
+df = pd.read_csv(path)
+out["groupby-agg"] = median_ms(lambda: df.groupby(["key", "cat"]).agg({"x": ["mean", "sum"], "y": "max", "id": "count"}))
 os.remove(path)
+r = df.groupby(["key", "cat"]).agg({"x": ["mean", "sum"], "y": "max", "id": "count"})
 assert df.shape == (n, 6) and len(r) == 400, (df.shape, len(r))
-print(json.dumps({"version": pd.__version__, "import_ms": (t1 - t0) * 1e3,
-    "read_csv_ms": statistics.median(rc) * 1e3, "agg_ms": statistics.median(ag) * 1e3}))
+out["version"] = pd.__version__
+print(json.dumps(out))
 `
 
 // BenchmarkPandas runs pandasBenchProgram in the pandas variant from
@@ -342,72 +351,70 @@ print(json.dumps({"version": pd.__version__, "import_ms": (t1 - t0) * 1e3,
 // python3-pandas (/usr/bin/python3), alternating, in one run, and
 // reports the medians and the ratios sandbox/native:
 //
-//	go test ./guests/cpython -run '^$' -bench Pandas -benchtime 1x
+//	go test ./guests/cpython -run '^$' -bench 'BenchmarkPandas$' -benchtime 1x
 func BenchmarkPandas(b *testing.B) {
-	builtPandas(b)
+	benchVsNative(b, pandasGuest(b), "import pandas", pandasBenchProgram, "import", "read_csv", "groupby-agg")
+}
+
+// benchVsNative runs program (which prints its times in ms as a JSON
+// object, with a "version") 7 times in guest g from _start and 7 times
+// natively (/usr/bin/python3, or $FUMEHOOD_NATIVE_PYTHON), alternating,
+// and reports for each of names the medians and the ratio
+// sandbox/native. It also times a run of imports in a one-shot run from
+// g's image, where they are done already (image-run-import-ms).
+func benchVsNative(b *testing.B, g *sandbox.Guest, imports, program string, names ...string) {
 	native := os.Getenv("FUMEHOOD_NATIVE_PYTHON")
 	if native == "" {
 		native = "/usr/bin/python3"
 	}
-	if err := exec.Command(native, "-c", "import pandas").Run(); err != nil {
-		b.Skipf("no native pandas (%s; apt-get install python3-pandas): %v", native, err)
+	if out, err := exec.Command(native, "-c", imports).CombinedOutput(); err != nil {
+		b.Skipf("no native %q (%s; see the Makefile's bench-data target): %v %s", imports, native, err, out)
 	}
 	ctx := context.Background()
-	g := pandasGuest(b)
 	s, err := g.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 5 * time.Minute, Memory: 1 << 30}})
 	require.NoError(b, err)
 	defer s.Close()
-	type times struct {
-		Version  string  `json:"version"`
-		Import   float64 `json:"import_ms"`
-		ReadCSV  float64 `json:"read_csv_ms"`
-		GroupAgg float64 `json:"agg_ms"`
-	}
-	parse := func(out []byte) times {
-		var t times
+	parse := func(out []byte) map[string]any {
+		var t map[string]any
 		require.NoError(b, json.Unmarshal(bytes.TrimSpace(out), &t), "%s", out)
+		for _, n := range names {
+			require.IsType(b, float64(0), t[n], "%s in %s", n, out)
+		}
 		return t
 	}
 	const runs = 7
 	for b.Loop() {
-		var guest, host []times
+		var guest, host []map[string]any
 		var image []float64
 		for range runs {
-			res, err := s.Exec(ctx, nil, "-c", pandasBenchProgram)
+			res, err := s.Exec(ctx, nil, "-c", program)
 			require.NoError(b, err, "stderr: %s", res.Stderr)
 			guest = append(guest, parse(res.Stdout))
-			out, err := exec.Command(native, "-c", pandasBenchProgram).Output()
+			out, err := exec.Command(native, "-c", program).Output()
 			require.NoError(b, err)
 			host = append(host, parse(out))
 			t0 := time.Now()
-			res, err = g.Run(ctx, "import pandas", nil)
+			res, err = g.Run(ctx, imports, nil)
 			require.NoError(b, err, "stderr: %s", res.Stderr)
 			image = append(image, float64(time.Since(t0).Microseconds())/1e3)
 		}
-		med := func(ts []times, f func(times) float64) float64 {
+		med := func(ts []map[string]any, name string) float64 {
 			v := make([]float64, len(ts))
 			for i, t := range ts {
-				v[i] = f(t)
+				v[i] = t[name].(float64)
 			}
 			slices.Sort(v)
 			return v[len(v)/2]
 		}
-		for _, m := range []struct {
-			name string
-			f    func(times) float64
-		}{
-			{"import", func(t times) float64 { return t.Import }},
-			{"read_csv", func(t times) float64 { return t.ReadCSV }},
-			{"groupby-agg", func(t times) float64 { return t.GroupAgg }},
-		} {
-			gm, nm := med(guest, m.f), med(host, m.f)
-			b.ReportMetric(gm, m.name+"-guest-ms")
-			b.ReportMetric(nm, m.name+"-native-ms")
-			b.ReportMetric(gm/nm, m.name+"-ratio")
+		for _, n := range names {
+			gm, nm := med(guest, n), med(host, n)
+			b.ReportMetric(gm, n+"-guest-ms")
+			b.ReportMetric(nm, n+"-native-ms")
+			b.ReportMetric(gm/nm, n+"-ratio")
 		}
 		slices.Sort(image)
 		b.ReportMetric(image[len(image)/2], "image-run-import-ms")
-		b.Logf("guest pandas %s, native pandas %s, %d runs each", guest[0].Version, host[0].Version, runs)
+		b.Logf("guest %v, native %v, %d runs each", guest[0]["version"], host[0]["version"], runs)
 	}
 }
 
