@@ -156,6 +156,9 @@ func numpyFlags() []string {
 		"numpy: cpp_args " + strings.Join(numpyCppArgs("$W"), " "),
 		"numpy: edits " + editFlags(numpySourceEdits),
 		"numpy: exceptions shim: a C++ throw aborts the run",
+		// Every variant has numpy: its packages' namespace directories
+		// (numpy.doc; mpl_toolkits with matplotlib) get zip entries.
+		"stdlib zip: directory entries for namespace packages",
 	}
 }
 

@@ -208,10 +208,23 @@ func zipPyc(lib string) ([]byte, error) {
 			entries = append(entries, entry{f, f})
 		}
 	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.name
+	}
+	for _, d := range namespaceDirs(names) {
+		entries = append(entries, entry{name: d + "/"})
+	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	for _, e := range entries {
+		if e.file == "" {
+			if _, err := zw.CreateHeader(&zip.FileHeader{Name: e.name, Method: zip.Store, Modified: epoch}); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		data, err := os.ReadFile(filepath.Join(lib, filepath.FromSlash(e.file)))
 		if err != nil {
 			return nil, err
@@ -241,6 +254,40 @@ func zipPyc(lib string) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// namespaceDirs are the directories of the zip's names that hold Python
+// modules somewhere below but no __init__ of their own: namespace
+// packages (mpl_toolkits, fontTools.ttLib.tables), which zipimport finds
+// only by their directory entry. CPython's own library has none.
+func namespaceDirs(names []string) []string {
+	dirs := map[string]bool{} // directory -> has an __init__
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".py") && !strings.HasSuffix(name, ".pyc") {
+			continue
+		}
+		d, base := path.Split(name)
+		d = strings.TrimSuffix(d, "/")
+		if base == "__init__.py" || base == "__init__.pyc" {
+			dirs[d] = true
+		}
+		for ; d != ""; d = path.Dir(d) {
+			if _, ok := dirs[d]; !ok {
+				dirs[d] = false
+			}
+			if !strings.Contains(d, "/") {
+				break
+			}
+		}
+	}
+	var out []string
+	for d, init := range dirs {
+		if !init {
+			out = append(out, d)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // tarTree writes the regular files under root (links followed, as copies)
