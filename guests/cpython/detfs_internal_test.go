@@ -115,3 +115,19 @@ func TestDetFSSameView(t *testing.T) {
 	b, _ := detTree(t, "z", "x", "y")
 	assert.Equal(t, view(a), view(b))
 }
+
+// TestRemovePycache removes every __pycache__ below a directory and
+// nothing else.
+func TestRemovePycache(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"__pycache__/a.pyc", "pkg/__pycache__/b.pyc", "pkg/b.py", "a.py"} {
+		p := filepath.Join(dir, filepath.FromSlash(f))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+	}
+	require.NoError(t, removePycache(dir))
+	for f, want := range map[string]bool{"__pycache__": false, "pkg/__pycache__": false, "pkg/b.py": true, "a.py": true} {
+		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f)))
+		assert.Equal(t, want, err == nil, f)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -111,7 +112,7 @@ func pgoFlags() []string {
 		"pgo profile runtime: " + strings.Join(profileSources, " ") + " " + strings.Join(profileFlags, " ") +
 			" shim " + pipeline.Digest([]byte(profileShimHeader+profileShimSource)),
 		"pgo instrumented: OPT=-DNDEBUG " + OptFlags + " " + pgoGenerate,
-		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source, sysconfig data with the work directory as /build, wazero, fake clocks, detFS: fixed file times, inodes in the order seen, sorted directories, stdout not a file), env " + trainEnvFlag(),
+		"pgo train: python " + strings.Join(pgoTrainArgs, " ") + " (Lib of the source without __pycache__, sysconfig data with the work directory as /build, wazero, fake clocks, detFS: fixed file times, inodes in the order seen, sorted directories, stdout not a file), env " + trainEnvFlag(),
 		"pgo use: OPT=-DNDEBUG " + OptFlags + " " + pgoUse("$W"),
 	}
 }
@@ -219,11 +220,42 @@ func (b *builder) pgoTrain(ctx context.Context) error {
 			return err
 		}
 	}
+	// The build's native python left compiled files in the source's
+	// Lib/__pycache__, whose code names the work directory: the guest
+	// reads them whole before finding them stale (detFS's times), and
+	// their sizes differ from build to build.
+	if err := removePycache(b.path(pySrc, "Lib")); err != nil {
+		return err
+	}
 	if err := train(ctx, wasm, b.path(pySrc, "Lib"), sysconfig, b.path("pgo"), filepath.Join(b.w, "logs", "pgo-train.log")); err != nil {
 		return err
 	}
 	return b.run(ctx, b.path("pgo"), nil, "llvm-profdata-19", "merge", "-o", b.path("pgo", "python.profdata"),
 		b.path("pgo", "raw", "python.profraw"))
+}
+
+// removePycache removes the __pycache__ directories under dir.
+func removePycache(dir string) error {
+	var found []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "__pycache__" {
+			found = append(found, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range found {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // train runs the instrumented interpreter wasm on pgoTrainArgs with the
