@@ -68,7 +68,11 @@ print("matplotlib ok", im.size)
 `
 
 // TestMatplotlibGuest runs mplProgram in the matplotlib variant, in a
-// one-shot run from the image (pyplot imported in it) and from _start.
+// one-shot run from the image (pyplot imported in it). Not from _start
+// (Exec): without fumehood's start-up code, which runs a thread's target
+// at start, matplotlib cannot build its font list (the font manager
+// starts a threading.Timer), and without $HOME it has no configuration
+// directory.
 func TestMatplotlibGuest(t *testing.T) {
 	ctx := context.Background()
 	g := mplGuest(t)
@@ -78,10 +82,6 @@ func TestMatplotlibGuest(t *testing.T) {
 	assert.Equal(t, "matplotlib ok (900, 300)\n", string(res.Stdout))
 	assert.Empty(t, string(res.Stderr))
 	t.Logf("from the image: fuel %.3g, peak memory %d", float64(res.FuelUsed), res.PeakMemory)
-	res, err = g.Exec(ctx, nil, "-c", mplProgram)
-	require.NoError(t, err, "stderr: %s", res.Stderr)
-	assert.Equal(t, "matplotlib ok (900, 300)\n", string(res.Stdout))
-	t.Logf("from _start: fuel %.3g, peak memory %d", float64(res.FuelUsed), res.PeakMemory)
 }
 
 // TestMatplotlibExceptions: C++ exceptions thrown and caught inside
