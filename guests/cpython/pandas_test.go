@@ -353,7 +353,7 @@ print(json.dumps(out))
 //
 //	go test ./guests/cpython -run '^$' -bench 'BenchmarkPandas$' -benchtime 1x
 func BenchmarkPandas(b *testing.B) {
-	benchVsNative(b, pandasGuest(b), "import pandas", pandasBenchProgram, "import", "read_csv", "groupby-agg")
+	benchVsNative(b, pandasGuest(b), nil, "", "import pandas", pandasBenchProgram, "import", "read_csv", "groupby-agg")
 }
 
 // benchVsNative runs program (which prints its times in ms as a JSON
@@ -361,8 +361,10 @@ func BenchmarkPandas(b *testing.B) {
 // natively (/usr/bin/python3, or $FUMEHOOD_NATIVE_PYTHON), alternating,
 // and reports for each of names the medians and the ratio
 // sandbox/native. It also times a run of imports in a one-shot run from
-// g's image, where they are done already (image-run-import-ms).
-func benchVsNative(b *testing.B, g *sandbox.Guest, imports, program string, names ...string) {
+// g's image, where they are done already (image-run-import-ms). The
+// sandbox has environment env, and runs setup (from the image) once
+// before.
+func benchVsNative(b *testing.B, g *sandbox.Guest, env map[string]string, setup, imports, program string, names ...string) {
 	native := os.Getenv("FUMEHOOD_NATIVE_PYTHON")
 	if native == "" {
 		native = "/usr/bin/python3"
@@ -371,9 +373,13 @@ func benchVsNative(b *testing.B, g *sandbox.Guest, imports, program string, name
 		b.Skipf("no native %q (%s; see the Makefile's bench-data target): %v %s", imports, native, err, out)
 	}
 	ctx := context.Background()
-	s, err := g.NewSandbox(&sandbox.Config{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 5 * time.Minute, Memory: 1 << 30}})
+	s, err := g.NewSandbox(&sandbox.Config{Env: env, Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel, Timeout: 5 * time.Minute, Memory: 1 << 30}})
 	require.NoError(b, err)
 	defer s.Close()
+	if setup != "" {
+		res, err := s.Run(ctx, setup, nil)
+		require.NoError(b, err, "stderr: %s", res.Stderr)
+	}
 	parse := func(out []byte) map[string]any {
 		var t map[string]any
 		require.NoError(b, json.Unmarshal(bytes.TrimSpace(out), &t), "%s", out)
