@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/wasi"
@@ -27,12 +26,17 @@ var withData = &cpython.Options{With: []string{cpython.Data}}
 // the test when it is not built.
 func dataGuest(t testing.TB) *sandbox.Guest {
 	t.Helper()
-	_, err := cpython.Built(withData)
-	if errors.Is(err, cpython.ErrNotBuilt) {
+	if _, err := cpython.Built(withData); errors.Is(err, cpython.ErrNotBuilt) {
 		t.Skipf("the data variant is not built (run `%s --with data` or `make guest-build-data`): %v", cpython.BuildCommand, err)
 	}
-	require.NoError(t, err)
-	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: []string{cpython.Data}})
+	return compileVariant(t, withData.With)
+}
+
+// compileVariant compiles the built variant with the parts with, closed
+// when the test ends.
+func compileVariant(t testing.TB, with []string) *sandbox.Guest {
+	t.Helper()
+	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: with})
 	require.NoError(t, err)
 	t.Cleanup(func() { g.Close() })
 	return g
@@ -234,23 +238,12 @@ func TestMatplotlibTestSuiteSlice(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dist, "_pytest")); err != nil {
 		t.Skip("Debian's python3-pytest is not installed: apt-get install python3-pytest")
 	}
-	cache, err := cache.Dir("")
-	require.NoError(t, err)
-	tarball := filepath.Join(cache, "cpython", "sources", cpython.MatplotlibLocalInputs[0].File)
-	if _, err := os.Stat(tarball); err != nil {
-		t.Skipf("matplotlib's source tarball is not in the cache: %v", err)
-	}
+	tarball := cachedSource(t, cpython.MatplotlibLocalInputs[0].File, "matplotlib's")
 	dir := t.TempDir()
 	const tests = "matplotlib-3.10.9/lib/matplotlib/tests"
 	out, err := exec.Command("tar", "-xf", tarball, "-C", dir, tests).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "site"), 0o755))
-	for _, d := range pytestDeps {
-		if _, err := os.Stat(filepath.Join(dist, d)); err == nil {
-			out, err := exec.Command("cp", "-r", filepath.Join(dist, d), filepath.Join(dir, "site")).CombinedOutput()
-			require.NoError(t, err, "%s", out)
-		}
-	}
+	copySite(t, dist, dir, pytestDeps)
 	host, err := wasi.HostDir(dir)
 	require.NoError(t, err)
 	s, err := g.NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/pt", FS: host, ReadOnly: true}},

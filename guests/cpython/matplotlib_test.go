@@ -32,10 +32,7 @@ func mplGuest(t testing.TB) *sandbox.Guest {
 		t.Skipf("the matplotlib variant is not built (run `%s --with matplotlib` or `make guest-build-matplotlib`): %v", cpython.BuildCommand, err)
 	}
 	require.NoError(t, err)
-	g, err := sandbox.CompilePython(context.Background(), &sandbox.Options{With: with})
-	require.NoError(t, err)
-	t.Cleanup(func() { g.Close() })
-	return g
+	return compileVariant(t, with)
 }
 
 // mplProgram draws a 1,000-point line chart, a contour plot (contourpy), a

@@ -365,12 +365,7 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dist, "_pytest")); err != nil {
 		t.Skip("Debian's python3-pytest is not installed: apt-get install python3-pytest (make guest-build-numpy does, as root)")
 	}
-	cache, err := cache.Dir("")
-	require.NoError(t, err)
-	tarball := filepath.Join(cache, "cpython", "sources", cpython.NumpyInputs[0].File)
-	if _, err := os.Stat(tarball); err != nil {
-		t.Skipf("numpy's source tarball is not in the cache: %v", err)
-	}
+	tarball := cachedSource(t, cpython.NumpyInputs[0].File, "numpy's")
 	dir := t.TempDir()
 	tarArgs := []string{"-xf", tarball, "-C", dir}
 	seen := map[string]bool{}
@@ -383,13 +378,7 @@ func TestNumpyTestSuiteSlice(t *testing.T) {
 	}
 	out, err := exec.Command("tar", tarArgs...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "site"), 0o755))
-	for _, d := range pytestDeps {
-		if _, err := os.Stat(filepath.Join(dist, d)); err == nil {
-			out, err := exec.Command("cp", "-r", filepath.Join(dist, d), filepath.Join(dir, "site")).CombinedOutput()
-			require.NoError(t, err, "%s", out)
-		}
-	}
+	copySite(t, dist, dir, pytestDeps)
 	host, err := wasi.HostDir(dir)
 	require.NoError(t, err)
 	s := numpySandbox(t, sandbox.Config{Mounts: []sandbox.Mount{{Path: "/pt", FS: host, ReadOnly: true}},
@@ -439,6 +428,34 @@ func runPytestWith(t *testing.T, run func(prog string) (*sandbox.Result, error),
 	require.NoError(t, err, "stderr: %s", lastLines(string(res.Stderr), 25))
 	assert.Contains(t, lastLines(string(res.Stdout), 1), want)
 	assert.NotRegexp(t, `\d+ failed|\d+ errors?\b`, string(res.Stdout))
+}
+
+// cachedSource returns the path of a source tarball in the cache's
+// sources directory (there after a variant's build), skipping the test
+// when it is not; what names it in the skip message.
+func cachedSource(t *testing.T, file, what string) string {
+	t.Helper()
+	dir, err := cache.Dir("")
+	require.NoError(t, err)
+	tarball := filepath.Join(dir, "cpython", "sources", file)
+	if _, err := os.Stat(tarball); err != nil {
+		t.Skipf("%s source tarball is not in the cache: %v", what, err)
+	}
+	return tarball
+}
+
+// copySite copies the packages of Debian's dist-packages directory dist
+// named in pkgs (those installed) into dir/site, which the pytest runs
+// put on their path.
+func copySite(t *testing.T, dist, dir string, pkgs []string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "site"), 0o755))
+	for _, d := range pkgs {
+		if _, err := os.Stat(filepath.Join(dist, d)); err == nil {
+			out, err := exec.Command("cp", "-r", filepath.Join(dist, d), filepath.Join(dir, "site")).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+	}
 }
 
 func lastLines(s string, n int) string {

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fumehood/fumehood/guests/cpython"
-	"github.com/fumehood/fumehood/internal/cache"
 	"github.com/fumehood/fumehood/internal/runtool"
 	"github.com/fumehood/fumehood/sandbox"
 	"github.com/fumehood/fumehood/wasi"
@@ -259,12 +258,7 @@ func TestPandasTestSuiteSlice(t *testing.T) {
 			t.Skip("Debian's python3-pytest and python3-hypothesis are not installed: apt-get install python3-pytest python3-hypothesis")
 		}
 	}
-	cache, err := cache.Dir("")
-	require.NoError(t, err)
-	tarball := filepath.Join(cache, "cpython", "sources", cpython.PandasInputs[0].File)
-	if _, err := os.Stat(tarball); err != nil {
-		t.Skipf("pandas' source tarball is not in the cache: %v", err)
-	}
+	tarball := cachedSource(t, cpython.PandasInputs[0].File, "pandas'")
 	dir := t.TempDir()
 	out, err := exec.Command("tar", "-xf", tarball, "-C", dir, "pandas-2.2.3/pandas", "pandas-2.2.3/pyproject.toml", "pandas-2.2.3/meson.build").CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -281,13 +275,7 @@ func TestPandasTestSuiteSlice(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, bytes.Count(pyproject, []byte(`minversion = "7.3.2"`)))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "pyproject.toml"), bytes.Replace(pyproject, []byte(`minversion = "7.3.2"`), []byte(`minversion = "7.2"`), 1), 0o644))
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "site"), 0o755))
-	for _, d := range append(slices.Clone(pytestDeps), pandasTestDeps...) {
-		if _, err := os.Stat(filepath.Join(dist, d)); err == nil {
-			out, err := exec.Command("cp", "-r", filepath.Join(dist, d), filepath.Join(dir, "site")).CombinedOutput()
-			require.NoError(t, err, "%s", out)
-		}
-	}
+	copySite(t, dist, dir, append(slices.Clone(pytestDeps), pandasTestDeps...))
 	host, err := wasi.HostDir(dir)
 	require.NoError(t, err)
 	s, err := pandasGuest(t).NewSandbox(&sandbox.Config{Mounts: []sandbox.Mount{{Path: "/pt", FS: host, ReadOnly: true}},
