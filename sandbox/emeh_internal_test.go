@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/fumehood/fumehood/internal/fuel"
+	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 )
 
@@ -46,14 +47,7 @@ func TestInvokeStackSize(t *testing.T) {
 // result.
 func invokeResultModule() []byte {
 	u32 := func(v uint32) []byte { return wasmbin.AppendU32(nil, v) }
-	name := func(s string) []byte { return append(u32(uint32(len(s))), s...) }
-	sec := func(id byte, items ...[]byte) []byte {
-		p := u32(uint32(len(items)))
-		for _, it := range items {
-			p = append(p, it...)
-		}
-		return append(append([]byte{id}, u32(uint32(len(p)))...), p...)
-	}
+	name, sec := testenv.WasmName, testenv.WasmSection
 	fimport := func(mod, nm string, typ byte) []byte {
 		return append(append(name(mod), name(nm)...), 0, typ)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fumehood/fumehood/internal/testenv"
 	"github.com/fumehood/fumehood/internal/wasmbin"
 	"github.com/fumehood/fumehood/sandbox"
 )
@@ -16,14 +17,7 @@ import (
 // it: (try (i32.const 7) (throw $e) (catch $e (call $proc_exit))).
 func legacyThrowModule() []byte {
 	u32 := func(v uint32) []byte { return wasmbin.AppendU32(nil, v) }
-	name := func(s string) []byte { return append(u32(uint32(len(s))), s...) }
-	sec := func(id byte, items ...[]byte) []byte {
-		p := u32(uint32(len(items)))
-		for _, it := range items {
-			p = append(p, it...)
-		}
-		return append(append([]byte{id}, u32(uint32(len(p)))...), p...)
-	}
+	name, sec := testenv.WasmName, testenv.WasmSection
 	body := []byte{0, // no locals
 		0x06, 0x40, // try
 		0x41, 7, 0x08, 0, // i32.const 7; throw 0

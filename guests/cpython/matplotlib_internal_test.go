@@ -97,8 +97,6 @@ func TestMplExcluded(t *testing.T) {
 // tarballs (in the cache's sources directory after a build): each edit's
 // text occurs as often as it says.
 func TestMplSourceEdits(t *testing.T) {
-	d, err := (&Options{}).dirs()
-	require.NoError(t, err)
 	for _, c := range []struct {
 		tarball, src string
 		edits        []sourceEdit
@@ -109,19 +107,31 @@ func TestMplSourceEdits(t *testing.T) {
 		{MatplotlibLocalInputs[1].File, kiwiSrc, kiwiSourceEdits},
 		{NumpyInputs[0].File, numpySrc, numpySourceEdits},
 	} {
-		tarball := filepath.Join(d.sources, c.tarball)
-		if _, err := os.Stat(tarball); err != nil {
-			t.Skipf("%s is not in the cache: %v", c.tarball, err)
-		}
-		dir := t.TempDir()
-		var files []string
-		for _, e := range c.edits {
-			if f := c.src + "/" + e.file; !slices.Contains(files, f) {
-				files = append(files, f)
-			}
-		}
-		out, err := exec.Command("tar", append([]string{"-xf", tarball, "-C", dir}, files...)...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		require.NoError(t, applyEdits(filepath.Join(dir, c.src), c.src, c.edits))
+		editTarball(t, c.tarball, c.src, c.edits)
 	}
+}
+
+// editTarball extracts from the cached tarball (in the cache's sources
+// directory after a build; the test is skipped without it) the files that
+// edits change, below src, makes the edits (each edit's text must occur as
+// often as it says) and returns the directory holding src.
+func editTarball(t *testing.T, tarball, src string, edits []sourceEdit) string {
+	t.Helper()
+	d, err := (&Options{}).dirs()
+	require.NoError(t, err)
+	path := filepath.Join(d.sources, tarball)
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("%s is not in the cache: %v", tarball, err)
+	}
+	dir := t.TempDir()
+	var files []string
+	for _, e := range edits {
+		if f := src + "/" + e.file; !slices.Contains(files, f) {
+			files = append(files, f)
+		}
+	}
+	out, err := exec.Command("tar", append([]string{"-xf", path, "-C", dir}, files...)...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, applyEdits(filepath.Join(dir, src), src, edits))
+	return dir
 }

@@ -2,9 +2,7 @@ package cpython
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,22 +52,7 @@ func TestPandasExcluded(t *testing.T) {
 // the cache's sources directory after a build): each edit's text occurs
 // as often as it says.
 func TestPandasSourceEdits(t *testing.T) {
-	d, err := (&Options{}).dirs()
-	require.NoError(t, err)
-	tarball := filepath.Join(d.sources, PandasInputs[0].File)
-	if _, err := os.Stat(tarball); err != nil {
-		t.Skipf("pandas' source tarball is not in the cache: %v", err)
-	}
-	dir := t.TempDir()
-	var files []string
-	for _, e := range pandasSourceEdits {
-		if f := pandasSrc + "/" + e.file; !slices.Contains(files, f) {
-			files = append(files, f)
-		}
-	}
-	out, err := exec.Command("tar", append([]string{"-xf", tarball, "-C", dir}, files...)...).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.NoError(t, applyEdits(filepath.Join(dir, pandasSrc), "pandas", pandasSourceEdits))
+	dir := editTarball(t, PandasInputs[0].File, pandasSrc, pandasSourceEdits)
 	h, err := os.ReadFile(filepath.Join(dir, pandasSrc, npDatetimeH))
 	require.NoError(t, err)
 	assert.Contains(t, string(h), "#define is_leapyear pandas_is_leapyear\n")

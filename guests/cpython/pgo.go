@@ -1,7 +1,6 @@
 package cpython
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -199,26 +198,15 @@ func (b *builder) pgoTrain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The cross build's sysconfig data names the work directory, whose
-	// name differs from build to build: the training reads it as the
-	// standard library will (mapped to /build), or its strings, and so
-	// its allocations and its profile, would differ.
-	built, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-*", "*.py"))
-	if err != nil || len(built) == 0 {
-		return fmt.Errorf("the cross build's sysconfig data (lib.wasi-wasm32-*/*.py): %v (%d found)", err, len(built))
-	}
+	// The training reads the sysconfig data as the standard library will
+	// (the work directory mapped to /build), or its strings, and so its
+	// allocations and its profile, would differ from build to build.
 	sysconfig := b.path("pgo", "sysconfig")
 	if err := os.MkdirAll(sysconfig, 0o755); err != nil {
 		return err
 	}
-	for _, f := range built {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(sysconfig, filepath.Base(f)), bytes.ReplaceAll(data, []byte(b.w), []byte("/build")), 0o644); err != nil {
-			return err
-		}
+	if err := b.copySysconfig(sysconfig); err != nil {
+		return err
 	}
 	// The build's native python left compiled files in the source's
 	// Lib/__pycache__, whose code names the work directory: the guest
@@ -236,26 +224,15 @@ func (b *builder) pgoTrain(ctx context.Context) error {
 
 // removePycache removes the __pycache__ directories under dir.
 func removePycache(dir string) error {
-	var found []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || d.Name() != "__pycache__" {
 			return err
 		}
-		if d.IsDir() && d.Name() == "__pycache__" {
-			found = append(found, p)
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, p := range found {
 		if err := os.RemoveAll(p); err != nil {
 			return err
 		}
-	}
-	return nil
+		return filepath.SkipDir
+	})
 }
 
 // train runs the instrumented interpreter wasm on pgoTrainArgs with the

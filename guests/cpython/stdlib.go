@@ -46,21 +46,8 @@ func (b *builder) stdlib(ctx context.Context) error {
 	if err := patchHashlib(lib); err != nil {
 		return err
 	}
-	// The cross build's sysconfig data names the work directory: map it
-	// to /build, as the compiler's prefix maps do.
-	built, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-3.13", "*.py"))
-	if err != nil {
+	if err := b.copySysconfig(lib); err != nil {
 		return err
-	}
-	for _, f := range built {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		data = bytes.ReplaceAll(data, []byte(b.w), []byte("/build"))
-		if err := os.WriteFile(filepath.Join(lib, filepath.Base(f)), data, 0o644); err != nil {
-			return err
-		}
 	}
 	if err := b.run(ctx, b.path("stdlib"), nil, b.path("native", "python"), "-E", "-s", "-m", "compileall",
 		"-q", "-f", "-j", "1", "--invalidation-mode", "unchecked-hash", "-d", "/usr/"+stdlibZip, lib); err != nil {
@@ -256,6 +243,26 @@ func zipPyc(lib string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// copySysconfig copies the cross build's sysconfig data into dir. It names
+// the work directory, whose name differs from build to build: mapped to
+// /build, as the compiler's prefix maps do.
+func (b *builder) copySysconfig(dir string) error {
+	built, err := filepath.Glob(b.path("cross", "build", "lib.wasi-wasm32-3.13", "*.py"))
+	if err != nil || len(built) == 0 {
+		return fmt.Errorf("the cross build's sysconfig data (lib.wasi-wasm32-3.13/*.py): %v (%d found)", err, len(built))
+	}
+	for _, f := range built {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), bytes.ReplaceAll(data, []byte(b.w), []byte("/build")), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // namespaceDirs are the directories of the zip's names that hold Python
 // modules somewhere below but no __init__ of their own: namespace
 // packages (mpl_toolkits, fontTools.ttLib.tables), which zipimport finds
@@ -271,12 +278,9 @@ func namespaceDirs(names []string) []string {
 		if base == "__init__.py" || base == "__init__.pyc" {
 			dirs[d] = true
 		}
-		for ; d != ""; d = path.Dir(d) {
+		for ; d != "" && d != "."; d = path.Dir(d) {
 			if _, ok := dirs[d]; !ok {
 				dirs[d] = false
-			}
-			if !strings.Contains(d, "/") {
-				break
 			}
 		}
 	}
