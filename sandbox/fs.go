@@ -160,8 +160,11 @@ func (g *Guest) newSandbox(cfg *Config, session bool) (*Sandbox, error) {
 		// does not depend on how many file systems the process made before
 		// (CPython caches small ints: a device number past 256 costs fuel,
 		// which broke deterministic runs).
+		// The FS at "/" serves /dev/null, whoever's it is: the null
+		// device is the guest's, not the mount's (wasi.Options.DevNull).
 		opts := wasi.Options{ReadOnly: m.ReadOnly, Quota: m.Quota, ReportErrno: s.errno.report,
-			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(i + 1)}
+			MaxOpen: DefaultMaxOpen, MaxListingBytes: DefaultMaxListingBytes, Device: uint64(i + 1),
+			DevNull: m.Path == "/"}
 		fsys, err := wasi.NewFS(m.FS, opts)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: mount %s: %w", m.Path, err)

@@ -57,6 +57,15 @@ type Options struct {
 	// to a guest in every process, as those a session's base image is
 	// taken with. Mounts of one guest must still have distinct numbers.
 	Device uint64
+
+	// DevNull makes the FS serve a null device at DevNullPath ("dev/null"
+	// of its root, so "/dev/null" when mounted at "/"), as Linux's: reads
+	// find the end of the file, writes succeed and keep nothing, stat
+	// reports a character device. It is not in the backing file system
+	// and no listing shows it; it can be neither removed nor replaced
+	// (EPERM), and it is writable in a read-only FS. A sandbox sets it on
+	// the FS mounted at "/", so that a guest's os.devnull works.
+	DevNull bool
 }
 
 // Quota limits the storage of one FS; all its files share it. Each limit is
@@ -138,6 +147,10 @@ type FS struct {
 	// report is Options.ReportErrno.
 	report func(uint16)
 	dev    uint64
+	// devNull is Options.DevNull; nullNode is the null device's inode
+	// number once given out.
+	devNull  bool
+	nullNode sysapi.Inode
 
 	mu sync.Mutex
 	// vol is the usage the quota counts, set when accounting (see
@@ -241,6 +254,7 @@ func NewFS(fsys afero.Fs, opts Options) (*FS, error) {
 		maxOpen:    opts.MaxOpen,
 		maxListing: opts.MaxListingBytes,
 		dev:        opts.Device,
+		devNull:    opts.DevNull,
 		nodes:      map[string]*node{},
 	}
 	if f.dev == 0 {
@@ -499,6 +513,9 @@ func (f *FS) OpenFile(name string, flag sys.Oflag, perm fs.FileMode) (sys.File, 
 	default:
 		return nil, sys.EINVAL
 	}
+	if f.isDevNull(name) {
+		return f.openNull(flag, read, write)
+	}
 	creat := flag&sys.O_CREAT != 0
 	excl := creat && flag&sys.O_EXCL != 0
 	// O_CREAT|O_EXCL never follows a final link: it fails on any existing
@@ -626,6 +643,9 @@ func (f *FS) Stat(name string) (sysapi.Stat_t, sys.Errno) {
 func (f *FS) stat(name string, follow bool) (sysapi.Stat_t, sys.Errno) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.isDevNull(name) {
+		return f.nullStat(), 0
+	}
 	r, errno := f.res.resolve(name, follow)
 	if errno != 0 {
 		return sysapi.Stat_t{}, errno
@@ -639,6 +659,9 @@ func (f *FS) stat(name string, follow bool) (sysapi.Stat_t, sys.Errno) {
 // Mkdir implements sys.FS. perm is applied without setuid, setgid or sticky
 // bits.
 func (f *FS) Mkdir(name string, perm fs.FileMode) sys.Errno {
+	if f.isDevNull(name) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lockVolume()
@@ -666,6 +689,9 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) sys.Errno {
 // Chmod implements sys.FS, following symbolic links. Only the permission
 // bits (0o777) of perm are applied.
 func (f *FS) Chmod(name string, perm fs.FileMode) sys.Errno {
+	if f.isDevNull(name) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.readOnly {
@@ -687,6 +713,9 @@ func (f *FS) Chmod(name string, perm fs.FileMode) sys.Errno {
 // directory into itself or its own subtree with EINVAL, and renaming a name
 // to itself does nothing. Symbolic links are renamed, not followed.
 func (f *FS) Rename(from, to string) sys.Errno {
+	if f.isDevNull(from) || f.isDevNull(to) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lockVolume()
@@ -771,6 +800,9 @@ func (f *FS) usageOf2(a, b string) (Usage, sys.Errno) {
 // Rmdir implements sys.FS: it removes an empty directory. The root cannot be
 // removed (EINVAL).
 func (f *FS) Rmdir(name string) sys.Errno {
+	if f.isDevNull(name) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lockVolume()
@@ -802,6 +834,9 @@ func (f *FS) Rmdir(name string) sys.Errno {
 // points to). A directory fails with EISDIR. An open file stays readable and
 // writable through its handles.
 func (f *FS) Unlink(name string) sys.Errno {
+	if f.isDevNull(name) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lockVolume()
@@ -851,6 +886,9 @@ func (f *FS) remove(r resolved) sys.Errno {
 // Link implements sys.FS. afero has no hard links: after checking the
 // paths it fails with ENOSYS.
 func (f *FS) Link(oldName, newName string) sys.Errno {
+	if f.isDevNull(oldName) || f.isDevNull(newName) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.readOnly {
@@ -885,6 +923,9 @@ func (f *FS) Link(oldName, newName string) sys.Errno {
 // relative to the mount root. It fails with ENOSYS when the backing Fs
 // cannot create links.
 func (f *FS) Symlink(target, linkName string) sys.Errno {
+	if f.isDevNull(linkName) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lockVolume()
@@ -926,6 +967,9 @@ func (f *FS) Symlink(target, linkName string) sys.Errno {
 // Readlink implements sys.FS. A path that is not a symbolic link fails with
 // EINVAL.
 func (f *FS) Readlink(name string) (string, sys.Errno) {
+	if f.isDevNull(name) {
+		return "", sys.EINVAL // the null device is no link
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, errno := f.res.resolve(name, false)
@@ -948,6 +992,9 @@ func (f *FS) Readlink(name string) (string, sys.Errno) {
 // lifetime of the FS: Stat then reports the time set, and setting one of
 // the two times leaves the other unchanged on every backend.
 func (f *FS) Utimens(name string, atim, mtim int64) sys.Errno {
+	if f.isDevNull(name) {
+		return sys.EPERM // the null device (Options.DevNull)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.readOnly {

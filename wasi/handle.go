@@ -39,6 +39,14 @@ var (
 // ErrUnlinked (the Handle still filled in, with the path it had) when no
 // path leads to the file any more.
 func (f *FS) Describe(sf sys.File) (Handle, error) {
+	if h, ok := sf.(*nullFile); ok && h.fs == f {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if h.closed {
+			return Handle{}, ErrNotHandle
+		}
+		return Handle{Path: DevNullPath, Read: h.read, Write: h.write, Append: h.append, Nonblock: h.nonblock}, nil
+	}
 	h, ok := sf.(*file)
 	if !ok || h.fs != f {
 		return Handle{}, ErrNotHandle

@@ -214,9 +214,11 @@ var mplSourceEdits = []sourceEdit{
 	{"lib/matplotlib/__init__.py", "    return str(Path(__file__).with_name(\"mpl-data\"))\n",
 		"    return " + strconv.Quote(mplDataPath) + "\n", 1},
 	// Delaunay triangulation (Qhull) hides Qhull's messages by writing
-	// them to /dev/null, which the sandbox has not: every triangulation
-	// raised "Could not open devnull". They go to a 4 KiB memory stream
-	// instead, which drops what does not fit and is freed at fclose.
+	// them to /dev/null, which the sandbox did not have when this was
+	// written: every triangulation raised "Could not open devnull". They
+	// go to a 4 KiB memory stream instead, which drops what does not fit,
+	// is freed at fclose and needs no file (the sandbox has /dev/null
+	// since; the edit stays, so the variant's key does).
 	{"src/_qhull_wrapper.cpp", "        error_file = fopen(STRINGIFY(MPL_DEVNULL), \"w\");\n",
 		"        error_file = fmemopen(NULL, 4096, \"w\");  /* fumehood: the sandbox has no /dev/null */\n", 1},
 	// The Tk backend's module finds Tcl/Tk by loading libraries at run
