@@ -152,7 +152,6 @@ const (
 	// The kerning table's numbers are FreeType 2.6.1's too: 7 of the 10
 	// cases differ (--deselect takes a prefix, so all 10 are left out).
 	mplKerning = "FreeType 2.13.3's kerning, the test's numbers are 2.6.1's"
-	mplJPEG    = "JPEG: the guest's Pillow has no libjpeg"
 	mplProcess = "starts a subprocess: WASI has no processes"
 	mplNetwork = "urlopen: no network policy in this sandbox"
 	// Images of 2**23 and 2**24 rows or columns: the last stops at the
@@ -182,8 +181,8 @@ type mplTestFile struct {
 
 // mplTestFiles are the files of matplotlib's own test suite that
 // TestMatplotlibTestSuiteSlice runs, each with the tests it leaves out
-// (and why) and the summary pytest must print: 1,637 tests pass, 145
-// are skipped by matplotlib's own marks, 51 are left out here. Together
+// (and why) and the summary pytest must print: 1,641 tests pass, 145
+// are skipped by matplotlib's own marks, 47 are left out here. Together
 // they draw with Agg, compare images, and run the C++ modules: _path,
 // _image, ft2font, _tri and _qhull, contourpy, kiwisolver (constrained
 // layout).
@@ -196,12 +195,11 @@ var mplTestFiles = []mplTestFile{
 	{file: "test_contour.py", deselect: []mplDeselected{{"test_contour_manual_labels[png]", mplText},
 		{"test_contour_label_with_disconnected_segments[png]", mplText}, {"test_contour_datetime_axis[png]", mplText}}, want: "74 passed, 3 skipped, 3 deselected"},
 	{file: "test_constrainedlayout.py", want: "48 passed"},
-	{file: "test_agg.py", deselect: []mplDeselected{{"test_jpeg_dpi", mplJPEG}, {"test_chunksize_fails", mplGigabyte}}, want: "11 passed, 2 skipped, 2 deselected"},
+	{file: "test_agg.py", deselect: []mplDeselected{{"test_chunksize_fails", mplGigabyte}}, want: "12 passed, 2 skipped, 1 deselected"},
 	{file: "test_png.py", deselect: []mplDeselected{{"test_pngsuite[png]", mplText}}, want: "2 passed, 1 deselected"},
-	{file: "test_image.py", deselect: []mplDeselected{{"test_imsave[jpg]", mplJPEG}, {"test_imsave[jpeg]", mplJPEG},
-		{"test_jpeg_alpha", mplJPEG}, {"test_load_from_url", mplNetwork}, {"test_image_clip[png]", mplText},
+	{file: "test_image.py", deselect: []mplDeselected{{"test_load_from_url", mplNetwork}, {"test_image_clip[png]", mplText},
 		{"test_image_cliprect[png]", mplText}, {"test_nonuniform_logscale[png]", mplText},
-		{"test_large_image", mplLargeImage}}, want: "131 passed, 39 skipped, 11 deselected"},
+		{"test_large_image", mplLargeImage}}, want: "134 passed, 39 skipped, 8 deselected"},
 	{file: "test_ticker.py", deselect: []mplDeselected{{"test_locale_comma", mplProcess}}, want: "533 passed, 1 skipped, 1 deselected"},
 	{file: "test_dates.py", deselect: []mplDeselected{{"test_date_axhspan[png]", mplText}, {"test_date_axvspan[png]", mplText},
 		{"test_date_axhline[png]", mplText}, {"test_date_axvline[png]", mplText}, {"test_RRuleLocator[png]", mplText},

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fumehood/fumehood/internal/cache"
+	"github.com/fumehood/fumehood/internal/pipeline"
 )
 
 // Matplotlib is the name of the optional part that builds matplotlib with
@@ -53,8 +54,8 @@ var (
 )
 
 // MatplotlibInputs are what the matplotlib variant adds to [Inputs],
-// fetched by apt: the C and C++ sources of FreeType, Qhull, Pillow and
-// contourpy, fontTools' source (pure Python without its optional Cython
+// fetched by apt: the C and C++ sources of FreeType, Qhull, Pillow,
+// libjpeg-turbo (Pillow's JPEG codec) and contourpy, fontTools' source (pure Python without its optional Cython
 // modules), pybind11's and cppy's headers, and the pure-Python
 // dependencies' architecture-independent packages.
 var MatplotlibInputs = []Input{
@@ -70,6 +71,10 @@ var MatplotlibInputs = []Input{
 		File:     "pillow_11.1.0.orig.tar.xz",
 		SHA256:   "0fc52818220b9c2208e635d495f6819826607a352c42d0b9524f51f2b8a1a82a",
 		Upstream: "Pillow 11.1.0"},
+	{Package: "libjpeg-turbo", Version: "1:2.1.5-4", Suite: "trixie", Kind: Source,
+		File:     "libjpeg-turbo_2.1.5.orig.tar.gz",
+		SHA256:   "254f3642b04e309fee775123133c6464181addc150499561020312ec61c1bf7c",
+		Upstream: "libjpeg-turbo 2.1.5"},
 	{Package: "contourpy", Version: "1.3.1-1", Suite: "trixie", Kind: Source,
 		File:     "contourpy_1.3.1.orig.tar.gz",
 		SHA256:   "458c88dfda13ab2bda276f8415b60df4893315b1205adc55ecf6b4bac024135c",
@@ -108,6 +113,7 @@ const (
 	freetypeSrc  = "freetype-2.13.3"
 	qhullSrc     = "qhull-2020.2"
 	pillowSrc    = "pillow-11.1.0"
+	jpegSrc      = "libjpeg-turbo-2.1.5"
 	contourpySrc = "contourpy-1.3.1"
 	fonttoolsSrc = "fonttools-4.57.0"
 )
@@ -333,6 +339,8 @@ func matplotlibFlags() []string {
 		"matplotlib: c_args " + strings.Join(mplCArgs("$W"), " "),
 		"matplotlib: cpp_args " + strings.Join(mplCppArgs("$W"), " "),
 		"matplotlib: pillow " + strings.Join(pillowDefines, " "),
+		"matplotlib: libjpeg " + strings.Join(jpegSources, " ") + " jconfig.h sha256: " + pipeline.Digest([]byte(jconfigHeader)) +
+			" jconfigint.h sha256: " + pipeline.Digest([]byte(jconfigintHeader)) + " jversion.h: COPYRIGHT_YEAR " + jpegCopyrightYear,
 		"matplotlib: edits " + editFlags(append(mplSourceEdits, mplEnumEdits...)),
 		"contourpy: edits " + editFlags(contourpySourceEdits),
 		"pillow: edits " + editFlags(pillowSourceEdits),
@@ -354,7 +362,7 @@ func (b *builder) matplotlibSteps() []buildStep {
 }
 
 func (b *builder) mplExtract(ctx context.Context) error {
-	for _, name := range []string{"matplotlib", "kiwisolver", "freetype", "qhull", "pillow", "contourpy", "fonttools"} {
+	for _, name := range []string{"matplotlib", "kiwisolver", "freetype", "qhull", "pillow", "libjpeg-turbo", "contourpy", "fonttools"} {
 		if err := b.run(ctx, b.w, nil, "tar", "-xf", b.files[name]); err != nil {
 			return err
 		}
@@ -473,9 +481,75 @@ func (b *builder) mplConfigure(ctx context.Context) error {
 }
 
 // pillowDefines are the macros Pillow's setup.py would define here: zlib
-// (PNG) and nothing else (no JPEG, TIFF, WebP or LCMS libraries). They
-// go through the shell that ninja runs, quoted for it.
-var pillowDefines = []string{"-DHAVE_LIBZ", `'-DPILLOW_VERSION="11.1.0"'`}
+// (PNG) and libjpeg (JPEG), and nothing else (no TIFF, WebP, JPEG 2000 or
+// LCMS libraries). They go through the shell that ninja runs, quoted for
+// it.
+var pillowDefines = []string{"-DHAVE_LIBZ", "-DHAVE_LIBJPEG", `'-DPILLOW_VERSION="11.1.0"'`}
+
+// jpegSources are libjpeg-turbo's library sources as its CMakeLists.txt
+// lists them for a build with arithmetic coding and without SIMD
+// (jsimd_none.c): libjpeg's API (version 6b, as Debian's libjpeg62-turbo),
+// not TurboJPEG's. They are compiled into mpl-direct/libjpeg.a, which
+// Pillow's _imaging links, with the configuration headers below in place
+// of the ones CMake would write (CMake is not a tool of the build).
+var jpegSources = strings.Fields(`jcapimin jcapistd jccoefct jccolor jcdctmgr jchuff jcicc jcinit
+jcmainct jcmarker jcmaster jcomapi jcparam jcphuff jcprepct jcsample jctrans jdapimin jdapistd
+jdatadst jdatasrc jdcoefct jdcolor jddctmgr jdhuff jdicc jdinput jdmainct jdmarker jdmaster
+jdmerge jdphuff jdpostct jdsample jdtrans jerror jfdctflt jfdctfst jfdctint jidctflt jidctfst
+jidctint jidctred jquant1 jquant2 jutils jmemmgr jmemnobs jaricom jcarith jdarith jsimd_none`)
+
+// jconfigHeader is libjpeg-turbo's jconfig.h (from jconfig.h.in) for
+// wasm32: the libjpeg 6b API, arithmetic coding both ways, in-memory
+// source and destination managers, 8-bit samples, no SIMD.
+const jconfigHeader = `#define JPEG_LIB_VERSION  62
+#define LIBJPEG_TURBO_VERSION  2.1.5
+#define LIBJPEG_TURBO_VERSION_NUMBER  2001005
+#define C_ARITH_CODING_SUPPORTED 1
+#define D_ARITH_CODING_SUPPORTED 1
+#define MEM_SRCDST_SUPPORTED 1
+#define BITS_IN_JSAMPLE  8
+`
+
+// jpegCopyrightYear is what libjpeg-turbo's CMakeLists.txt puts for
+// @COPYRIGHT_YEAR@ into jversion.h (from jversion.h.in), the one
+// placeholder of that template.
+const jpegCopyrightYear = "1991-2023"
+
+// jversionHeader makes libjpeg-turbo's jversion.h from its template in
+// the source tree, as CMake would.
+func (b *builder) jversionHeader() ([]byte, error) {
+	in, err := os.ReadFile(b.path(jpegSrc, "jversion.h.in"))
+	if err != nil {
+		return nil, err
+	}
+	const placeholder = "@COPYRIGHT_YEAR@"
+	if n := strings.Count(string(in), "@"); n != 2 || !strings.Contains(string(in), placeholder) {
+		return nil, fmt.Errorf("libjpeg-turbo's jversion.h.in has %d @ where one %s was expected", n, placeholder)
+	}
+	return []byte(strings.Replace(string(in), placeholder, jpegCopyrightYear, 1)), nil
+}
+
+// jconfigintHeader is libjpeg-turbo's jconfigint.h (from jconfigint.h.in)
+// for wasm32: size_t and unsigned long are both 32 bits, so
+// __builtin_ctzl serves; one thread, so no thread-local storage.
+const jconfigintHeader = `#define BUILD  "20250611"
+#undef inline
+#define INLINE  __inline__ __attribute__((always_inline))
+#define THREAD_LOCAL
+#define PACKAGE_NAME  "libjpeg-turbo"
+#define VERSION  "2.1.5"
+#define SIZEOF_SIZE_T  4
+#define HAVE_BUILTIN_CTZL
+#if defined(__has_attribute)
+#if __has_attribute(fallthrough)
+#define FALLTHROUGH  __attribute__((fallthrough));
+#else
+#define FALLTHROUGH
+#endif
+#else
+#define FALLTHROUGH
+#endif
+`
 
 // pillowImaging are Pillow's _imaging module's sources (setup.py's
 // _IMAGING and _LIB_IMAGING).
@@ -511,7 +585,8 @@ func (b *builder) directModules() []directModule {
 	for _, s := range pillowImaging {
 		imaging = append(imaging, "src/"+s+".c")
 	}
-	pil := append([]string{"-I" + b.path(pillowSrc, "src", "libImaging"), "-I" + b.path("deps", "include")}, pillowDefines...)
+	pil := append([]string{"-I" + b.path(pillowSrc, "src", "libImaging"), "-I" + b.path("deps", "include"),
+		"-I" + b.mplTools("jpeg"), "-I" + b.path(jpegSrc)}, pillowDefines...)
 	kiwi := []string{"-include", b.mplTools("nothreads.h"), "-I" + b.path(kiwiSrc), "-I" + b.path("mpl-deps", "usr", "lib", "python3", "dist-packages", "cppy", "include"), "-std=c++11"}
 	var kiwiSources []string
 	for _, s := range []string{"kiwisolver", "constraint", "expression", "solver", "strength", "term", "variable"} {
@@ -519,7 +594,7 @@ func (b *builder) directModules() []directModule {
 	}
 	return []directModule{
 		{"kiwisolver._cext", kiwiSrc, kiwiSources, kiwi, nil},
-		{"PIL._imaging", pillowSrc, imaging, pil, []string{b.path("deps", "lib", "libz.a")}},
+		{"PIL._imaging", pillowSrc, imaging, pil, []string{b.path("deps", "lib", "libz.a"), b.path("mpl-direct", "libjpeg.a")}},
 		{"PIL._imagingmath", pillowSrc, []string{"src/_imagingmath.c"}, pil, nil},
 		{"PIL._imagingmorph", pillowSrc, []string{"src/_imagingmorph.c"}, pil, nil},
 	}
@@ -542,6 +617,30 @@ func (b *builder) writeDirectBuild() error {
 	n.WriteString("rule cc\n  command = $cc $cflags $extra -c $in -o $out\n")
 	n.WriteString("rule cxx\n  command = $cxx $cxxflags $extra -c $in -o $out\n")
 	n.WriteString("rule ar\n  command = rm -f $out && llvm-ar-19 rcs $out $in\n")
+	// libjpeg-turbo's library, for Pillow's JPEG codec.
+	if err := os.MkdirAll(b.mplTools("jpeg"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.mplTools("jpeg", "jconfig.h"), []byte(jconfigHeader), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.mplTools("jpeg", "jconfigint.h"), []byte(jconfigintHeader), 0o644); err != nil {
+		return err
+	}
+	jversion, err := b.jversionHeader()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.mplTools("jpeg", "jversion.h"), jversion, 0o644); err != nil {
+		return err
+	}
+	var jpegObjs []string
+	for _, s := range jpegSources {
+		obj := filepath.Join("obj", "libjpeg", s+".o")
+		fmt.Fprintf(&n, "build %s: cc %s\n  extra = -I%s -I%s\n", obj, b.path(jpegSrc, s+".c"), b.mplTools("jpeg"), b.path(jpegSrc))
+		jpegObjs = append(jpegObjs, obj)
+	}
+	fmt.Fprintf(&n, "build libjpeg.a: ar %s\n", strings.Join(jpegObjs, " "))
 	for _, m := range b.directModules() {
 		var objs []string
 		for _, s := range m.sources {

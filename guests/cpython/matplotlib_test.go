@@ -81,6 +81,61 @@ func TestMatplotlibGuest(t *testing.T) {
 	t.Logf("from the image: fuel %.3g, peak memory %d", float64(res.FuelUsed), res.PeakMemory)
 }
 
+// mplJPEGProgram saves a chart as JPEG, round-trips images through
+// Pillow's JPEG codec (baseline and progressive), and decodes a stream
+// whose Huffman table is bogus 50 times: libjpeg's error exit leaves
+// libjpeg's frames by Pillow's longjmp, which must come back as an
+// OSError each time.
+const mplJPEGProgram = `
+import io
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from PIL import Image, features
+print("jpg", features.check("jpg"), features.version("jpg"), features.version("libjpeg_turbo"))
+fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+ax.plot([0, 1, 4, 9])
+fig.savefig("/tmp/c.jpg", pil_kwargs={"quality": 90})
+plt.close(fig)
+data = open("/tmp/c.jpg", "rb").read()
+im = Image.open("/tmp/c.jpg")
+im.load()
+print(data[:3] == b"\xff\xd8\xff", im.format, im.size, im.mode)
+src = Image.linear_gradient("L").resize((64, 64))
+for opts in ({"quality": 95}, {"quality": 95, "progressive": True}):
+    buf = io.BytesIO()
+    src.save(buf, "JPEG", **opts)
+    back = Image.open(io.BytesIO(buf.getvalue()))
+    back.load()
+    diff = max(abs(a - b) for a, b in zip(src.getdata(), back.getdata()))
+    print(back.format, back.size, back.mode, back.info.get("progressive", 0), diff <= 8)
+good = bytearray(buf.getvalue())
+at = good.index(b"\xff\xc4")
+bad = bytes(good[:at + 5] + b"\xff" * 16 + good[at + 21:])
+errors = 0
+for i in range(50):
+    try:
+        Image.open(io.BytesIO(bad)).load()
+    except OSError:
+        errors += 1
+print("errors", errors)
+`
+
+// TestMatplotlibJPEG runs mplJPEGProgram in the matplotlib variant:
+// Pillow with libjpeg-turbo (the libjpeg 6b API, as Debian's).
+func TestMatplotlibJPEG(t *testing.T) {
+	ctx := context.Background()
+	s, err := mplGuest(t).NewSandbox(nil)
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Run(ctx, mplJPEGProgram, nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Equal(t, "jpg True 6.2 2.1.5\nTrue JPEG (400, 300) RGB\nJPEG (64, 64) L 0 True\nJPEG (64, 64) L 1 True\nerrors 50\n", string(res.Stdout))
+	res, err = s.Run(ctx, "print(1 + 1)", nil)
+	require.NoError(t, err, "stderr: %s", res.Stderr)
+	assert.Equal(t, "2\n", string(res.Stdout))
+}
+
 // TestMatplotlibExceptions: C++ exceptions thrown and caught inside
 // matplotlib's and kiwisolver's modules become Python exceptions, and the
 // run goes on with fuel counted as usual.
