@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fumehood/fumehood/internal/pipeline"
@@ -92,9 +93,13 @@ type checkpoint struct {
 // runs (see Guest.deadStack). Pages marked in zero (which may be nil) are
 // known to hold zeros without reading them (unpopulated): reading would
 // make the kernel allocate them.
-func (c *checkpoint) update(base *baseImage, mem []byte, dead int, zero []bool) {
+// A set stop ends it early (see Session.takeCheckpoint).
+func (c *checkpoint) update(base *baseImage, mem []byte, dead int, zero []bool, stop *atomic.Bool) {
 	n := c.resize(mem)
 	for i := min(dead, n); i < n; i++ {
+		if stop != nil && stop.Load() {
+			return
+		}
 		cur := mem[i*pageSize : (i+1)*pageSize]
 		if i < len(zero) && zero[i] {
 			cur = zeroPage
@@ -106,9 +111,12 @@ func (c *checkpoint) update(base *baseImage, mem []byte, dead int, zero []bool) 
 // updateWritten is update when the checkpoint holds mem but for the
 // pages listed in written (the pages written since it was last updated):
 // only those are compared.
-func (c *checkpoint) updateWritten(base *baseImage, mem []byte, dead int, written []uint32) {
+func (c *checkpoint) updateWritten(base *baseImage, mem []byte, dead int, written []uint32, stop *atomic.Bool) {
 	n := c.resize(mem)
 	for _, i := range written {
+		if stop != nil && stop.Load() {
+			return
+		}
 		if int(i) >= dead && int(i) < n {
 			c.updatePage(base, mem[int(i)*pageSize:(int(i)+1)*pageSize], int(i))
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,4 +313,59 @@ func TestBaseImageNameFollowsTheStandardLibrary(t *testing.T) {
 	assert.Equal(t, a, g("wasm stdlib-1").baseFile(defaultLayout))
 	assert.Equal(t, (&Guest{id: "wasm", cacheDir: dir}).baseFile(defaultLayout), g("wasm").baseFile(defaultLayout),
 		"a guest without a standard library names images by its id")
+}
+
+// TestCheckpointStops: a checkpoint told to stop changes no page, and
+// takeCheckpoint returns no descriptors for a session closed meanwhile.
+func TestCheckpointStops(t *testing.T) {
+	base := &baseImage{size: 4 * pageSize, pages: make([][]byte, 4)}
+	mem := make([]byte, 4*pageSize)
+	mem[pageSize] = 1
+	var stop atomic.Bool
+	stop.Store(true)
+	var ck checkpoint
+	ck.update(base, mem, 0, nil, &stop)
+	assert.Equal(t, [][]byte{nil, nil, nil, nil}, ck.pages, "no page compared")
+	ck.updateWritten(base, mem, 0, []uint32{1}, &stop)
+	assert.Nil(t, ck.pages[1])
+	stop.Store(false)
+	ck.updateWritten(base, mem, 0, []uint32{1}, &stop)
+	assert.Equal(t, byte(1), ck.pages[1][0], "taken once not stopped")
+}
+
+// TestClosedSessionAbandonsCheckpoint: a session closed right after a run
+// tells the checkpoint being taken of that run to stop (nothing will read
+// it), and closing waits for none of it; a session that goes on keeps its
+// checkpoint whole, so that its next run, a rollback and a snapshot see
+// the state of the last run.
+func TestClosedSessionAbandonsCheckpoint(t *testing.T) {
+	g := builtGuest(t)
+	ctx := context.Background()
+	dirty := "b = bytearray(32 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nx = 41"
+
+	s, err := g.NewSession(ctx, nil)
+	require.NoError(t, err)
+	_, err = s.Run(ctx, dirty, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	assert.True(t, s.abandon.Load(), "the checkpoint is told to stop")
+	g.background.Wait() // the abandoned checkpoint and the instance's release end
+
+	kept, err := g.NewSession(ctx, nil)
+	require.NoError(t, err)
+	defer kept.Close()
+	_, err = kept.Run(ctx, dirty, nil)
+	require.NoError(t, err)
+	res, err := kept.Run(ctx, "x += 1\nx", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "42", res.Value)
+	assert.False(t, kept.abandon.Load())
+	var buf bytes.Buffer
+	require.NoError(t, kept.Snapshot(&buf))
+	r, err := g.ResumeSession(ctx, &buf, nil)
+	require.NoError(t, err)
+	defer r.Close()
+	res, err = r.Run(ctx, "x, b[4096], len(b)", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "(42, 1, 33554432)", res.Value)
 }

@@ -90,17 +90,17 @@ func TestCheckpointOfUnpopulatedPages(t *testing.T) {
 	mem := make([]byte, 4*pageSize)
 	mem[2*pageSize] = 9 // page 2 written
 	var ck checkpoint
-	ck.update(base, mem, 0, []bool{true, true, false, false})
+	ck.update(base, mem, 0, []bool{true, true, false, false}, nil)
 	assert.Nil(t, ck.pages[0], "zeros as the base")
 	assert.Equal(t, zeroPage, ck.pages[1], "the base's page became zeros")
 	assert.Equal(t, mem[2*pageSize:3*pageSize], ck.pages[2])
 	assert.Equal(t, zeroPage, ck.pages[3], "read: zeros, not the base's")
 	// An owned page becomes zeros in place; zeroPage itself is never
 	// written.
-	ck.update(base, mem, 0, []bool{true, true, true, true})
+	ck.update(base, mem, 0, []bool{true, true, true, true}, nil)
 	assert.Equal(t, zeroPage, ck.pages[2])
 	mem[pageSize] = 5
-	ck.update(base, mem, 0, nil)
+	ck.update(base, mem, 0, nil, nil)
 	assert.Equal(t, byte(5), ck.pages[1][0])
 	assert.Equal(t, make([]byte, pageSize), zeroPage)
 }

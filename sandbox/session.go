@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/afero"
@@ -74,7 +75,11 @@ type Session struct {
 	// settle, while not nil, receives (an error or nothing, then closes)
 	// once the checkpoint of the last run is taken: the driver's sessions
 	// take it after Run returned. See settled.
-	settle  chan settling
+	settle chan settling
+	// abandon tells the checkpoint being taken after Run returned that
+	// the session was closed meanwhile: it stops, since nothing will
+	// read it.
+	abandon atomic.Bool
 	reseed  bool      // send a new random seed with the next run
 	sendEnv bool      // send the environment with the next run
 	rand    io.Reader // the session's random source
@@ -261,7 +266,7 @@ func (s *Session) do(ctx context.Context, code *string, opts *RunOptions) (*Resu
 				done <- out
 				s.g.background.Done()
 			}()
-			out.fds = s.takeCheckpoint(ck, in)
+			out.fds = s.takeCheckpoint(ck, in, &s.abandon)
 		}()
 		return res, err
 	}
@@ -284,15 +289,20 @@ func (s *Session) setStopRun(cancel context.CancelFunc) {
 // checkpoint makes the state the run left in the instance the one a
 // stopped run rolls back to.
 func (s *Session) checkpoint(in *instance) {
-	s.fds = s.takeCheckpoint(s.ckpt, in)
+	s.fds = s.takeCheckpoint(s.ckpt, in, nil)
 }
 
 // takeCheckpoint updates ck with the state of in and returns the
 // descriptors a rollback to it opens again. One that cannot be (deleted
 // while open) is left out: a snapshot names it, since it describes the
 // live instance. It reads only in, ck and what does not change while the
-// session lives, so it can run while the session is idle.
-func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descriptor {
+// session lives, so it can run while the session is idle. If stop is set
+// (the session was closed while it ran), it returns early, leaving ck
+// partly updated: only for a checkpoint nothing will read again.
+func (s *Session) takeCheckpoint(ck *checkpoint, in *instance, stop *atomic.Bool) []snapshot.Descriptor {
+	if stop != nil && stop.Load() {
+		return nil
+	}
 	// ck holds what the memory held at the last checkpoint (or at the
 	// restore): where the kernel tracks the pages written since, only
 	// those are compared; else all are, and tracking starts, before the
@@ -303,13 +313,19 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance) []snapshot.Descri
 	// and trimOnce would read (and populate) the whole memory.
 	m := in.mem.mem
 	if pages, ok := m.written(); ok {
-		ck.updateWritten(s.base, m.buf, s.g.deadStack(), pages)
+		ck.updateWritten(s.base, m.buf, s.g.deadStack(), pages, stop)
 	} else {
 		dead := s.g.deadStack()
 		zero := m.unpopulated(dead)
+		if stop != nil && stop.Load() {
+			return nil
+		}
 		m.track()
-		ck.update(s.base, m.buf, dead, zero)
+		ck.update(s.base, m.buf, dead, zero, stop)
 		m.trimOnce(zero)
+	}
+	if stop != nil && stop.Load() {
+		return nil
 	}
 	if fds, _, err := s.describeFiles(in); err == nil {
 		return fds
@@ -420,6 +436,7 @@ func (s *Session) closeLocked(reason error) {
 		// released once it is taken, and Close does not wait for it.
 		// The sandbox is closed now for its files; its host-call
 		// server, which a descriptor's description may read, after.
+		s.abandon.Store(true) // the checkpoint is of no use now
 		done, in, host := s.settle, s.inst, s.sb.shut()
 		s.settle, s.inst, s.ckpt = nil, nil, nil
 		s.closed, s.reason = true, reason
