@@ -97,7 +97,7 @@ type checkpoint struct {
 func (c *checkpoint) update(base *baseImage, mem []byte, dead int, zero []bool, stop *atomic.Bool) {
 	n := c.resize(mem)
 	for i := min(dead, n); i < n; i++ {
-		if stop != nil && stop.Load() {
+		if stopped(stop) {
 			return
 		}
 		cur := mem[i*pageSize : (i+1)*pageSize]
@@ -114,7 +114,7 @@ func (c *checkpoint) update(base *baseImage, mem []byte, dead int, zero []bool, 
 func (c *checkpoint) updateWritten(base *baseImage, mem []byte, dead int, written []uint32, stop *atomic.Bool) {
 	n := c.resize(mem)
 	for _, i := range written {
-		if stop != nil && stop.Load() {
+		if stopped(stop) {
 			return
 		}
 		if int(i) >= dead && int(i) < n {

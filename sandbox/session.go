@@ -300,7 +300,7 @@ func (s *Session) checkpoint(in *instance) {
 // (the session was closed while it ran), it returns early, leaving ck
 // partly updated: only for a checkpoint nothing will read again.
 func (s *Session) takeCheckpoint(ck *checkpoint, in *instance, stop *atomic.Bool) []snapshot.Descriptor {
-	if stop != nil && stop.Load() {
+	if stopped(stop) {
 		return nil
 	}
 	// ck holds what the memory held at the last checkpoint (or at the
@@ -317,14 +317,14 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance, stop *atomic.Bool
 	} else {
 		dead := s.g.deadStack()
 		zero := m.unpopulated(dead)
-		if stop != nil && stop.Load() {
+		if stopped(stop) {
 			return nil
 		}
 		m.track()
 		ck.update(s.base, m.buf, dead, zero, stop)
 		m.trimOnce(zero)
 	}
-	if stop != nil && stop.Load() {
+	if stopped(stop) {
 		return nil
 	}
 	if fds, _, err := s.describeFiles(in); err == nil {
@@ -332,6 +332,9 @@ func (s *Session) takeCheckpoint(ck *checkpoint, in *instance, stop *atomic.Bool
 	}
 	return nil
 }
+
+// stopped reports whether stop, if any, is set.
+func stopped(stop *atomic.Bool) bool { return stop != nil && stop.Load() }
 
 // settling is what a checkpoint taken after Run returned reports.
 type settling struct {

@@ -3,6 +3,7 @@ package wasi
 import (
 	"io/fs"
 	"path"
+	"strings"
 
 	"github.com/tetratelabs/wazero/experimental/sys"
 	sysapi "github.com/tetratelabs/wazero/sys"
@@ -16,9 +17,10 @@ const DevNullPath = "dev/null"
 // one. The name is taken lexically: "dev/./null" is the device, and so is
 // "x/../dev/null" (no directory along the way need exist, since the
 // device lives in no directory of the backing file system). A symbolic
-// link in the backing file system does not lead to it.
+// link in the backing file system does not lead to it. Every FS call
+// asks, so a name without "null" in it is answered before it is cleaned.
 func (f *FS) isDevNull(name string) bool {
-	return f.devNull && path.Clean("/"+name) == "/"+DevNullPath
+	return f.devNull && strings.Contains(name, "null") && path.Clean("/"+name) == "/"+DevNullPath
 }
 
 // nullIno returns the null device's inode number, given out at its first

@@ -617,43 +617,28 @@ func (b *builder) writeDirectBuild() error {
 	n.WriteString("rule cc\n  command = $cc $cflags $extra -c $in -o $out\n")
 	n.WriteString("rule cxx\n  command = $cxx $cxxflags $extra -c $in -o $out\n")
 	n.WriteString("rule ar\n  command = rm -f $out && llvm-ar-19 rcs $out $in\n")
-	// libjpeg-turbo's library, for Pillow's JPEG codec.
-	if err := os.MkdirAll(b.mplTools("jpeg"), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(b.mplTools("jpeg", "jconfig.h"), []byte(jconfigHeader), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(b.mplTools("jpeg", "jconfigint.h"), []byte(jconfigintHeader), 0o644); err != nil {
-		return err
-	}
+	// libjpeg-turbo's library, for Pillow's JPEG codec, with the headers
+	// CMake would write.
 	jversion, err := b.jversionHeader()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(b.mplTools("jpeg", "jversion.h"), jversion, 0o644); err != nil {
+	if err := os.MkdirAll(b.mplTools("jpeg"), 0o755); err != nil {
 		return err
 	}
-	var jpegObjs []string
-	for _, s := range jpegSources {
-		obj := filepath.Join("obj", "libjpeg", s+".o")
-		fmt.Fprintf(&n, "build %s: cc %s\n  extra = -I%s -I%s\n", obj, b.path(jpegSrc, s+".c"), b.mplTools("jpeg"), b.path(jpegSrc))
-		jpegObjs = append(jpegObjs, obj)
-	}
-	fmt.Fprintf(&n, "build libjpeg.a: ar %s\n", strings.Join(jpegObjs, " "))
-	for _, m := range b.directModules() {
-		var objs []string
-		for _, s := range m.sources {
-			obj := filepath.Join("obj", m.name, strings.TrimSuffix(s, filepath.Ext(s))+".o")
-			rule := "cc"
-			if strings.HasSuffix(s, ".cpp") {
-				rule = "cxx"
-			}
-			fmt.Fprintf(&n, "build %s: %s %s\n  extra = %s\n", obj, rule, filepath.Join(b.path(m.src), s), strings.Join(m.flags, " "))
-			objs = append(objs, obj)
+	for name, text := range map[string][]byte{"jconfig.h": []byte(jconfigHeader), "jconfigint.h": []byte(jconfigintHeader), "jversion.h": jversion} {
+		if err := os.WriteFile(b.mplTools("jpeg", name), text, 0o644); err != nil {
+			return err
 		}
+	}
+	var jpegFiles []string
+	for _, s := range jpegSources {
+		jpegFiles = append(jpegFiles, s+".c")
+	}
+	ninjaArchive(&n, "libjpeg.a", "libjpeg", b.path(jpegSrc), jpegFiles, []string{"-I" + b.mplTools("jpeg"), "-I" + b.path(jpegSrc)})
+	for _, m := range b.directModules() {
 		archive := strings.ReplaceAll(m.name, ".", "/") + ".so"
-		fmt.Fprintf(&n, "build %s: ar %s\n", archive, strings.Join(objs, " "))
+		ninjaArchive(&n, archive, m.name, b.path(m.src), m.sources, m.flags)
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(archive)), 0o755); err != nil {
 			return err
 		}
@@ -662,6 +647,23 @@ func (b *builder) writeDirectBuild() error {
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "build.ninja"), []byte(n.String()), 0o644)
+}
+
+// ninjaArchive writes to n the build statements that compile sources
+// (relative to src; C, or C++ for .cpp) with flags into objects under
+// obj/name, and archive them as archive.
+func ninjaArchive(n *strings.Builder, archive, name, src string, sources, flags []string) {
+	var objs []string
+	for _, s := range sources {
+		obj := filepath.Join("obj", name, strings.TrimSuffix(s, filepath.Ext(s))+".o")
+		rule := "cc"
+		if strings.HasSuffix(s, ".cpp") {
+			rule = "cxx"
+		}
+		fmt.Fprintf(n, "build %s: %s %s\n  extra = %s\n", obj, rule, filepath.Join(src, s), strings.Join(flags, " "))
+		objs = append(objs, obj)
+	}
+	fmt.Fprintf(n, "build %s: ar %s\n", archive, strings.Join(objs, " "))
 }
 
 func (b *builder) mplCompile(ctx context.Context) error {
