@@ -13,9 +13,10 @@
 //
 // Every request is checked again at each redirect hop. Host names are
 // resolved by the host and every address is checked after resolution:
-// loopback, link-local, private, unspecified and multicast addresses (and
-// IPv6 addresses embedding such an IPv4 one) are refused unless
-// AllowPrivate is set, and the connection is made to the
+// addresses that are not globally reachable (loopback, link-local,
+// private, multicast, reserved and the like, and IPv6 addresses embedding
+// such an IPv4 one) are refused unless AllowPrivate is set, and the
+// connection is made to the
 // address that was checked, so a name that resolves differently the second
 // time (DNS rebinding) cannot slip through. Secret headers (API keys) are
 // added by the host for the origins (https, host and port) they belong
@@ -51,12 +52,15 @@ const (
 type Policy struct {
 	// Allow lists what may be requested; a request must match one rule.
 	Allow []Rule
-	// AllowPrivate lets requests reach loopback, link-local, private
-	// (RFC 1918, RFC 4193, shared address space, local-use NAT64),
-	// unspecified and multicast addresses. Off, such addresses are refused
-	// even when a rule allows the host name, and so are the IPv6 forms
-	// that carry such an IPv4 address: IPv4-mapped, NAT64 (64:ff9b::/96),
-	// 6to4, Teredo (server or client), IPv4-compatible and
+	// AllowPrivate lets requests reach addresses that are not globally
+	// reachable: loopback, link-local, private (RFC 1918, RFC 4193, shared
+	// address space, local-use NAT64), unspecified, multicast, broadcast,
+	// reserved (240.0.0.0/4), documentation, benchmarking, discard-only,
+	// site-local and the rest of IANA's special-purpose registries whose
+	// "Globally Reachable" column says false. Off, such addresses are
+	// refused even when a rule allows the host name, and so are the IPv6
+	// forms that carry such an IPv4 address: IPv4-mapped, NAT64
+	// (64:ff9b::/96), 6to4, Teredo (server or client), IPv4-compatible and
 	// IPv4-translated.
 	AllowPrivate bool
 	// MaxRequestBytes bounds a request's body; 0 means DefaultMaxRequestBytes.
@@ -312,19 +316,77 @@ func (p *Policy) CheckAddr(ip netip.Addr) error {
 	return nil
 }
 
+// IPv6 forms that carry an IPv4 address a translator, tunnel or the host's
+// own stack may deliver to (see embeddedIPv4).
 var (
-	sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598, carrier-grade NAT
-	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")     // RFC 1122: "this network"; 0.0.0.0 reaches the host itself
-
-	// IPv6 forms that carry an IPv4 address a translator, tunnel or the
-	// host's own stack may deliver to (see embeddedIPv4).
 	nat64        = netip.MustParsePrefix("64:ff9b::/96")    // RFC 6052, well-known prefix
-	localNAT64   = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215, local use: not globally reachable
 	sixToFour    = netip.MustParsePrefix("2002::/16")       // RFC 3056
 	teredo       = netip.MustParsePrefix("2001::/32")       // RFC 4380
 	v4Compatible = netip.MustParsePrefix("::/96")           // RFC 4291 2.5.5.1, deprecated
 	v4Translated = netip.MustParsePrefix("::ffff:0:0:0/96") // RFC 2765 (SIIT)
 )
+
+// special is the IANA IPv4 and IPv6 Special-Purpose Address Registries
+// (RFC 6890 and its updates), plus multicast and the deprecated IPv6
+// site-local prefix, which those registries do not list. An address is
+// judged by its longest matching entry, and refused when that entry's
+// "Globally Reachable" column says false; an entry marked true inside a
+// refused block (the anycast addresses in 192.0.0.0/24 and 2001::/23) is
+// listed so that it stays reachable, and addresses no entry holds are
+// global. Entries whose column says N/A: Teredo (2001::/32) is judged by
+// the IPv4 addresses it carries (see embeddedIPv4), as are 6to4
+// (2002::/16, N/A) and IPv4-mapped addresses (::ffff:0:0/96, false in the
+// registry, but the host's stack sends them to their IPv4 address, so they
+// are unmapped and judged as that); the deprecated ORCHID prefix
+// (2001:10::/28) is not routable (RFC 4843) and is refused with its block;
+// the deprecated 6to4 relay anycast (192.88.99.0/24) is public anycast and
+// is dialed. Names are the kinds errors report.
+var special = []struct {
+	prefix netip.Prefix
+	kind   string // "" for an entry that is globally reachable
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"},                    // RFC 791: "this network"; 0.0.0.0 reaches the host itself
+	{netip.MustParsePrefix("10.0.0.0/8"), "private"},                       // RFC 1918
+	{netip.MustParsePrefix("100.64.0.0/10"), "private"},                    // RFC 6598, shared address space (carrier-grade NAT)
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},                     // RFC 1122
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},                // RFC 3927
+	{netip.MustParsePrefix("172.16.0.0/12"), "private"},                    // RFC 1918
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF-reserved"},               // RFC 6890: service continuity, dummy, NAT64 discovery
+	{netip.MustParsePrefix("192.0.0.9/32"), ""},                            // RFC 7723, PCP anycast: globally reachable
+	{netip.MustParsePrefix("192.0.0.10/32"), ""},                           // RFC 8155, TURN anycast: globally reachable
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},               // RFC 5737, TEST-NET-1
+	{netip.MustParsePrefix("192.168.0.0/16"), "private"},                   // RFC 1918
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},               // RFC 2544
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},            // RFC 5737, TEST-NET-2
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},             // RFC 5737, TEST-NET-3
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},                    // RFC 5771
+	{netip.MustParsePrefix("224.0.0.0/24"), "link-local"},                  // RFC 5771, link-local multicast
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},                     // RFC 1112
+	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast"},             // RFC 919, limited broadcast
+	{netip.MustParsePrefix("::/128"), "unspecified"},                       // RFC 4291
+	{netip.MustParsePrefix("::1/128"), "loopback"},                         // RFC 4291
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "private (local-use NAT64)"}, // RFC 8215; where the IPv4 address sits depends on the operator's prefix length
+	{netip.MustParsePrefix("100::/64"), "discard-only"},                    // RFC 6666
+	{netip.MustParsePrefix("100:0:0:1::/64"), "dummy"},                     // RFC 9780
+	{netip.MustParsePrefix("2001::/23"), "IETF-reserved"},                  // RFC 2928
+	{netip.MustParsePrefix("2001::/32"), ""},                               // RFC 4380, Teredo: judged by what it carries
+	{netip.MustParsePrefix("2001:1::1/128"), ""},                           // RFC 7723, PCP anycast
+	{netip.MustParsePrefix("2001:1::2/128"), ""},                           // RFC 8155, TURN anycast
+	{netip.MustParsePrefix("2001:1::3/128"), ""},                           // RFC 9665, DNS-SD SRP anycast
+	{netip.MustParsePrefix("2001:2::/48"), "benchmarking"},                 // RFC 5180
+	{netip.MustParsePrefix("2001:3::/32"), ""},                             // RFC 7450, AMT
+	{netip.MustParsePrefix("2001:4:112::/48"), ""},                         // RFC 7535, AS112-v6
+	{netip.MustParsePrefix("2001:20::/28"), ""},                            // RFC 7343, ORCHIDv2
+	{netip.MustParsePrefix("2001:30::/28"), ""},                            // RFC 9374, DRIP entity tags
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},              // RFC 3849
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},                  // RFC 9637
+	{netip.MustParsePrefix("5f00::/16"), "SRv6 SID"},                       // RFC 9602, segment routing identifiers
+	{netip.MustParsePrefix("fc00::/7"), "private"},                         // RFC 4193, unique local
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},                     // RFC 4291
+	{netip.MustParsePrefix("fec0::/10"), "site-local"},                     // RFC 3879, deprecated, still routed within a site
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},                       // RFC 4291
+	{netip.MustParsePrefix("ff02::/16"), "link-local"},                     // RFC 4291, link-local multicast
+}
 
 // privateKind says which class of non-public address ip is, or "". An
 // IPv6 address that embeds an IPv4 address the network may deliver to
@@ -346,25 +408,20 @@ func privateKind(ip netip.Addr) string {
 	return ""
 }
 
-// ownKind classifies ip by its own prefix, not by what it embeds.
+// ownKind classifies ip by its own prefix, not by what it embeds: the kind
+// of its longest match in special, or "" for a globally reachable address.
 func ownKind(ip netip.Addr) string {
-	switch {
-	case !ip.IsValid():
+	if !ip.IsValid() {
 		return "invalid"
-	case ip.IsLoopback():
-		return "loopback"
-	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
-		return "link-local"
-	case ip.IsPrivate() || sharedSpace.Contains(ip):
-		return "private"
-	case localNAT64.Contains(ip.WithZone("")):
-		return "private (local-use NAT64)"
-	case ip.IsUnspecified() || thisNetwork.Contains(ip):
-		return "unspecified"
-	case ip.IsMulticast():
-		return "multicast"
 	}
-	return ""
+	ip = ip.WithZone("") // Prefix.Contains never matches a zoned address
+	kind, bits := "", -1
+	for _, e := range special {
+		if e.prefix.Bits() > bits && e.prefix.Contains(ip) {
+			kind, bits = e.kind, e.prefix.Bits()
+		}
+	}
+	return kind
 }
 
 // embeddedIPv4 returns the IPv4 addresses an IPv6 address carries and the

@@ -67,23 +67,95 @@ func TestValidate(t *testing.T) {
 	assert.NoError(t, (&Policy{Allow: []Rule{{Host: "*"}, {Host: "*.a.com", Port: 1}}}).Validate())
 }
 
+// TestCheckAddr: with AllowPrivate off, every address whose entry in
+// IANA's special-purpose registries is not globally reachable is refused,
+// with its kind in the reason, and so is every IPv6 form carrying one; the
+// globally reachable entries inside refused blocks and ordinary public
+// addresses pass. AllowPrivate lets all of them through.
 func TestCheckAddr(t *testing.T) {
-	p := &Policy{}
-	for addr, kind := range map[string]string{
-		"127.0.0.1": "loopback", "::1": "loopback", "::ffff:127.0.0.1": "loopback",
-		"10.0.0.1": "private", "172.16.5.4": "private", "192.168.1.1": "private", "fd00::1": "private",
-		"100.64.0.1": "private", "169.254.169.254": "link-local", "fe80::1": "link-local",
-		"0.0.0.0": "unspecified", "0.1.2.3": "unspecified", "239.1.2.3": "multicast",
-		"93.184.216.34": "", "2606:4700::1111": "",
+	for _, tc := range []struct {
+		addr string
+		kind string // "" for an address that passes
+	}{
+		{"127.0.0.1", "loopback"},
+		{"::1", "loopback"},
+		{"::ffff:127.0.0.1", "loopback"},
+		{"10.0.0.1", "private"},
+		{"172.16.5.4", "private"},
+		{"192.168.1.1", "private"},
+		{"fd00::1", "private"},
+		{"100.64.0.1", "private"}, // shared address space
+		{"100.127.255.255", "private"},
+		{"169.254.169.254", "link-local"},
+		{"fe80::1", "link-local"},
+		{"0.0.0.0", "unspecified"},
+		{"0.1.2.3", "unspecified"},
+		{"::", "unspecified"},
+		{"239.1.2.3", "multicast"},
+		{"224.0.0.1", "link-local"},
+		{"ff05::1", "multicast"},
+		{"ff02::1", "link-local"},
+		{"255.255.255.255", "broadcast"},
+		{"240.0.0.1", "reserved"},
+		{"254.255.255.254", "reserved"},
+		{"198.18.0.1", "benchmarking"},
+		{"198.19.255.255", "benchmarking"},
+		{"192.0.0.1", "IETF-reserved"},
+		{"192.0.0.8", "IETF-reserved"},   // dummy address
+		{"192.0.0.170", "IETF-reserved"}, // NAT64/DNS64 discovery
+		{"192.0.2.1", "documentation"},
+		{"198.51.100.7", "documentation"},
+		{"203.0.113.9", "documentation"},
+		{"fec0::1", "site-local"},
+		{"feff:ffff::1", "site-local"},
+		{"100::1", "discard-only"},
+		{"100:0:0:1::1", "dummy"},
+		{"2001:1::4", "IETF-reserved"},
+		{"2001:10::1", "IETF-reserved"}, // deprecated ORCHID
+		{"2001:100::1", "IETF-reserved"},
+		{"2001:2::1", "benchmarking"},
+		{"2001:db8::1", "documentation"},
+		{"3fff::1", "documentation"},
+		{"5f00::1", "SRv6 SID"},
+		{"::ffff:198.18.0.1", "benchmarking"},                     // IPv4-mapped
+		{"::ffff:192.0.0.1", "IETF-reserved"},                     // IPv4-mapped
+		{"2002:f000:1::1", "reserved"},                            // 6to4 of 240.0.0.1
+		{"2002:c000:201::1", "documentation"},                     // 6to4 of 192.0.2.1
+		{"2002:c612:1::1", "benchmarking"},                        // 6to4 of 198.18.0.1
+		{"64:ff9b::ffff:ffff", "broadcast"},                       // NAT64 of 255.255.255.255
+		{"2001:0:c612:1:8000:63bf:a247:27dd", "benchmarking"},     // Teredo, server 198.18.0.1
+		{"2001:0:4136:e378:8000:63bf:34ff:8efa", "documentation"}, // Teredo, client 203.0.113.5
+		{"93.184.216.34", ""},
+		{"2606:4700::1111", ""},
+		{"100.128.0.1", ""},
+		{"198.20.0.1", ""},
+		{"192.0.3.1", ""},
+		{"192.0.0.9", ""},    // PCP anycast, globally reachable
+		{"192.0.0.10", ""},   // TURN anycast, globally reachable
+		{"192.31.196.1", ""}, // AS112
+		{"192.88.99.1", ""},  // deprecated 6to4 relay anycast
+		{"2001:1::1", ""},    // PCP anycast
+		{"2001:1::3", ""},    // DNS-SD SRP anycast
+		{"2001:3::1", ""},    // AMT
+		{"2001:4:112::1", ""},
+		{"2001:20::1", ""}, // ORCHIDv2
+		{"2001:30::1", ""}, // DRIP
+		{"2001:200::1", ""},
+		{"2001:0:4136:e378:8000:63bf:a247:27dd", ""}, // Teredo of public addresses
+		{"64:ff9b::5db8:d822", ""},                   // NAT64 of 93.184.216.34
 	} {
-		err := p.CheckAddr(netip.MustParseAddr(addr))
-		if kind == "" {
-			assert.NoError(t, err, addr)
+		err := (&Policy{}).CheckAddr(netip.MustParseAddr(tc.addr))
+		if tc.kind == "" {
+			assert.NoError(t, err, tc.addr)
 			continue
 		}
-		require.ErrorIs(t, err, ErrDenied, addr)
-		assert.Contains(t, err.Error(), kind, addr)
-		assert.NoError(t, (&Policy{AllowPrivate: true}).CheckAddr(netip.MustParseAddr(addr)), addr)
+		var de *DeniedError
+		if assert.ErrorAs(t, err, &de, tc.addr) {
+			assert.Equal(t, "AllowPrivate", de.Rule, tc.addr)
+			assert.Contains(t, de.Reason, " is "+tc.kind, tc.addr)
+		}
+		assert.ErrorIs(t, err, ErrDenied, tc.addr)
+		assert.NoError(t, (&Policy{AllowPrivate: true}).CheckAddr(netip.MustParseAddr(tc.addr)), tc.addr)
 	}
 }
 
