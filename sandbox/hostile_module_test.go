@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ type hostileModule struct {
 	table    []byte // table section payload
 	locals   []byte // the body's local declarations, with their count
 	body     []byte // instructions, without the final end
+	start    bool   // the start section names _start, so it runs at instantiation
 }
 
 func (h hostileModule) wasm() []byte {
@@ -35,9 +37,14 @@ func (h hostileModule) wasm() []byte {
 	if h.table != nil {
 		secs = append(secs, wasmbin.Section{ID: wasmbin.SectionTable, Payload: h.table})
 	}
-	return (&wasmbin.Module{Sections: append(secs,
+	secs = append(secs,
 		wasmbin.Section{ID: wasmbin.SectionMemory, Payload: wasmbin.AppendU32([]byte{0x01, 0x00}, h.memPages)},
 		wasmbin.Section{ID: wasmbin.SectionExport, Payload: append(append([]byte{0x01, 0x06}, "_start"...), 0x00, 0x00)},
+	)
+	if h.start {
+		secs = append(secs, wasmbin.Section{ID: wasmbin.SectionStart, Payload: []byte{0x00}})
+	}
+	return (&wasmbin.Module{Sections: append(secs,
 		wasmbin.Section{ID: wasmbin.SectionCode, Payload: append(wasmbin.AppendU32([]byte{0x01}, uint32(len(code))), code...)},
 	)}).Encode()
 }
@@ -203,4 +210,44 @@ func TestCodeCannotReachTheMeteringGlobals(t *testing.T) {
 		_, err = compileHostile(t, hostileModule{memPages: 1, body: []byte{0x23, idx, 0x1A}}, nil)
 		assert.ErrorIs(t, err, sandbox.ErrInvalidModule, "global.get %d", idx)
 	}
+}
+
+// TestStartFunctionPaysFuel: a start function runs at instantiation,
+// before the run arms its fuel. One that loops meets a fuel check there
+// and is charged to the run's budget like any other code: it ends as
+// ErrFuelExhausted, an error that names no host code, and with fuel to
+// spare a start function that ends lets _start run.
+func TestStartFunctionPaysFuel(t *testing.T) {
+	loop := []byte{0x03, 0x40, 0x0C, 0x00, 0x0B} // loop br 0 end
+	g, err := compileHostile(t, hostileModule{memPages: 1, body: loop, start: true}, nil)
+	require.NoError(t, err)
+	res, err := g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 1_000_000}})
+	require.ErrorIs(t, err, sandbox.ErrFuelExhausted)
+	require.NotNil(t, res)
+	assert.Equal(t, sandbox.StopFuel, res.Stop)
+	assert.GreaterOrEqual(t, res.FuelUsed, int64(1_000_000), "the start function's loop is charged")
+	for _, host := range []string{"goroutine", ".go:", "runtime error", "nil pointer", "sandbox."} {
+		assert.NotContains(t, strings.ReplaceAll(err.Error(), "sandbox: ", ""), host)
+	}
+
+	// Under a deadline and unlimited fuel, the deadline stops it.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	res, err = g.Exec(ctx, &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: sandbox.UnlimitedFuel}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, sandbox.StopDeadline, res.Stop)
+
+	// A start function that ends runs once, and so does _start after it.
+	count := []byte{ // memory[0]++
+		0x41, 0x00, 0x41, 0x00, 0x28, 0x02, 0x00, 0x41, 0x01, 0x6A, 0x36, 0x02, 0x00,
+		// loop with a counter so that a fuel check runs: i = 100; loop i--; br_if i
+		0x41, 0xE4, 0x00, 0x21, 0x00, 0x03, 0x40, 0x20, 0x00, 0x41, 0x01, 0x6B, 0x22, 0x00, 0x0D, 0x00, 0x0B,
+		// proc_exit is not imported: exit by returning
+	}
+	g, err = compileHostile(t, hostileModule{memPages: 1, locals: []byte{0x01, 0x01, 0x7F}, body: count, start: true}, nil)
+	require.NoError(t, err)
+	res, err = g.Exec(context.Background(), &sandbox.RunOptions{Limits: sandbox.Limits{Fuel: 1_000_000}})
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.StopExit, res.Stop)
+	assert.Greater(t, res.FuelUsed, int64(2*100), "both runs of the loop are charged")
 }

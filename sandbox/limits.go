@@ -72,6 +72,7 @@ type runState struct {
 
 	mu      sync.Mutex
 	fuel    api.MutableGlobal // nil for guests built without fuel
+	armed   bool              // fuel holds the run's budget (arm, armAtCheck)
 	budget  int64             // the fuel the run may use, refills included
 	granted int64             // fuel put into the global in total
 	stopped error             // why the host stopped the run, if it did
@@ -133,13 +134,40 @@ func (r *runState) fuelUsedLocked() int64 {
 	return min(max(used, 0), r.granted)
 }
 
-// arm puts the first chunk of the budget into the guest's fuel global.
+// expect gives the run its budget before the guest is instantiated, so
+// that a start function meeting a fuel check during instantiation, before
+// supervise arms the global, is charged to it (armAtCheck).
+func (r *runState) expect(budget int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.budget = budget
+}
+
+// arm puts the first chunk of the budget into the guest's fuel global,
+// unless the instance's start function armed it already.
 func (r *runState) arm(g api.MutableGlobal, budget int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.fuel, r.budget = g, budget
+	if r.armed {
+		return
+	}
+	r.fuel, r.budget, r.armed = g, budget, true
 	r.fuel.Set(0)
 	r.topUpLocked()
+}
+
+// armAtCheckLocked arms the fuel global of mod, whose start function met
+// a fuel check while it was being instantiated, with the budget expect
+// gave. The global has counted down from its initial 0, so what the start
+// function spent is charged. Without an expected budget (an instance
+// instantiated outside a run), it ends the instantiation with an internal
+// error.
+func (r *runState) armAtCheckLocked(mod api.Module) {
+	g, _ := mod.ExportedGlobal(fuel.GlobalName).(api.MutableGlobal)
+	if g == nil || r.budget <= 0 {
+		panic(fmt.Errorf("%w: out_of_fuel called before the run's fuel was armed", errInternal))
+	}
+	r.fuel, r.armed = g, true
 }
 
 // topUpLocked moves up to a chunk of the unspent budget into the global
@@ -158,22 +186,26 @@ func (r *runState) topUpLocked() bool {
 
 // outOfFuel is the guest's fumehood.out_of_fuel import: it runs on the
 // guest's goroutine when the fuel global went negative, at least once a
-// chunk. Once the fuel is topped up, it rings the guest's alarm if it is
-// due (alarm.go).
+// chunk, the first time perhaps in a start function, while the module
+// is instantiated. Once the fuel is topped up, it rings the guest's alarm
+// if it is due (alarm.go).
 func outOfFuel(ctx context.Context, mod api.Module) {
 	r, _ := ctx.Value(runKey{}).(*runState)
 	if r == nil {
 		panic(fmt.Errorf("%w: out_of_fuel called outside a run", errInternal))
 	}
-	r.refuel()
+	r.refuel(mod)
 	r.ring(ctx, mod)
 }
 
-// refuel tops up the fuel global from the budget, asking for more when it
-// is spent, or panics with the reason the run stops.
-func (r *runState) refuel() {
+// refuel tops up mod's fuel global from the budget, asking for more when
+// it is spent, or panics with the reason the run stops.
+func (r *runState) refuel(mod api.Module) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.armed {
+		r.armAtCheckLocked(mod)
+	}
 	for {
 		if r.stopped == nil && r.ctx.Err() != nil {
 			r.stopLocked(r.ctx.Err())

@@ -297,6 +297,7 @@ func (g *Guest) start(ctx context.Context, mc wazero.ModuleConfig, r *runState, 
 		}
 	}()
 	ctx = context.WithValue(ctx, runKey{}, r)
+	r.expect(budget) // a start function runs on the run's fuel
 	mod, err := g.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), g.compiled, mc)
 	if err != nil {
 		if g.isClosed() {
