@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -75,19 +76,54 @@ const recordHeader = 9
 func (d *Dir) path(t Table, key string) string { return filepath.Join(d.root, t.String(), key) }
 
 // read returns a record file's revision, liveness and value; a missing
-// file is revision 0, not live.
+// file is revision 0, not live. A record file that is not a regular file,
+// or is longer than a record may be, is ErrTampered, and nothing of it is
+// read.
 func (d *Dir) read(t Table, key string) (rev uint64, live bool, value []byte, err error) {
-	b, err := os.ReadFile(d.path(t, key))
+	f, size, err := openStored(d.path(t, key), recordHeader+MaxRecord)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, false, nil, nil
 	}
 	if err != nil {
-		return 0, false, nil, fmt.Errorf("sessionstore: %w", err)
+		return 0, false, nil, err
+	}
+	defer f.Close()
+	b := make([]byte, size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return 0, false, nil, fmt.Errorf("sessionstore: reading %s: %w", d.path(t, key), err)
 	}
 	if len(b) < recordHeader {
 		return 0, false, nil, fmt.Errorf("sessionstore: %s: a truncated record", d.path(t, key))
 	}
 	return binary.BigEndian.Uint64(b), b[8] == 1, b[recordHeader:], nil
+}
+
+// openStored opens a stored file for reading if it is a regular file of
+// at most bound bytes, and returns its size. A link (not followed), a
+// device, a FIFO or a longer file is ErrTampered, and nothing of it is
+// read; a missing one is fs.ErrNotExist.
+func openStored(name string, bound int64) (*os.File, int64, error) {
+	f, err := os.OpenFile(name, openFlags, 0)
+	if err != nil {
+		if isLinkErr(err) {
+			return nil, 0, fmt.Errorf("%w: %s is a link", ErrTampered, name)
+		}
+		return nil, 0, fmt.Errorf("sessionstore: %w", err)
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("sessionstore: %w", err)
+	case !fi.Mode().IsRegular():
+		err = fmt.Errorf("%w: %s is not a regular file (%v)", ErrTampered, name, fi.Mode().Type())
+	case fi.Size() > bound:
+		err = fmt.Errorf("%w: %s is %d bytes, past its bound of %d", ErrTampered, name, fi.Size(), bound)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, fi.Size(), nil
 }
 
 // Get implements Backend.
@@ -139,6 +175,11 @@ func (d *Dir) swap(ctx context.Context, t Table, key string, value []byte, rev u
 	}
 	defer unlock()
 	cur, curLive, _, err := d.read(t, key)
+	if errors.Is(err, ErrTampered) {
+		// A record that is not one is there at no revision: a Set that
+		// expects none replaces it, a Remove of any revision deletes it.
+		cur, curLive, err = 0, true, nil
+	}
 	if err != nil {
 		return 0, err
 	}

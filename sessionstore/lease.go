@@ -2,11 +2,14 @@ package sessionstore
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -15,8 +18,82 @@ import (
 // replicas sharing a store need clocks that agree to well within a lease's
 // ttl.
 type leaseRecord struct {
-	Owner   string `json:"owner"`   // random, one per Lease call
-	Expires int64  `json:"expires"` // Unix nanoseconds
+	Owner   string `json:"owner"`         // random, one per Lease call
+	Expires int64  `json:"expires"`       // Unix nanoseconds
+	Tag     string `json:"tag,omitempty"` // HMAC-SHA256 in hex; none without a key
+}
+
+// leaseTag is a lease's HMAC, over its conversation, owner and expiry.
+func (s *store) leaseTag(name string, r *leaseRecord) string {
+	m := hmac.New(sha256.New, s.opts.Key)
+	for _, f := range []string{"fumehood-lease-v1", name, r.Owner, strconv.FormatInt(r.Expires, 10)} {
+		m.Write([]byte(f))
+		m.Write([]byte{0})
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (s *store) sealLease(name string, r leaseRecord) []byte {
+	if s.opts.Key != nil {
+		r.Tag = s.leaseTag(name, &r)
+	}
+	b, _ := json.Marshal(&r) // cannot fail: strings and integers
+	return b
+}
+
+// openLease returns a stored lease's expiry; false if it is not a lease
+// (unreadable; with a key, without a valid tag), which is free to take.
+func (s *store) openLease(name string, raw []byte) (time.Time, bool) {
+	var r leaseRecord
+	if json.Unmarshal(raw, &r) != nil {
+		return time.Time{}, false
+	}
+	if s.opts.Key != nil && !hmac.Equal([]byte(r.Tag), []byte(s.leaseTag(name, &r))) {
+		return time.Time{}, false
+	}
+	return time.Unix(0, r.Expires), true
+}
+
+// maxSeen bounds the leases held by others that a store remembers seeing.
+const maxSeen = 4096
+
+// seenLease is when a store first saw a lease at a revision.
+type seenLease struct {
+	rev uint64
+	at  time.Time
+}
+
+// leaseEnd is when a lease held by another caller expires for a taker
+// with this ttl: its recorded expiry, but no later than ttl after this
+// store first saw it at this revision. A holder renews its lease, writing
+// a new revision, every third of its ttl; a record that claims more (a
+// far-future expiry, forged or from a skewed clock) is over once no one
+// renewed it for ttl.
+func (s *store) leaseEnd(name string, rev uint64, expires time.Time, ttl time.Duration) time.Time {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	seen, ok := s.seen[name]
+	if !ok || seen.rev != rev {
+		if !ok && len(s.seen) >= maxSeen {
+			for k := range s.seen { // forget any one: it is seen anew
+				delete(s.seen, k)
+				break
+			}
+		}
+		seen = seenLease{rev: rev, at: s.now()}
+		s.seen[name] = seen
+	}
+	if end := seen.at.Add(ttl); end.Before(expires) {
+		return end
+	}
+	return expires
+}
+
+// forgetLease forgets the lease of a conversation seen held.
+func (s *store) forgetLease(name string) {
+	s.seenMu.Lock()
+	delete(s.seen, name)
+	s.seenMu.Unlock()
 }
 
 // lease is a Lease on a store's Leases table, held while its record's
@@ -78,24 +155,30 @@ func (l *lease) try(ctx context.Context) error {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		rev = 0
+	case errors.Is(err, ErrTampered):
+		// Not a lease (past MaxRecord, not a file): free, replaced at
+		// the revision Get gave.
 	case err != nil:
 		return err
 	default:
-		var r leaseRecord
-		// An unreadable lease counts as expired.
-		if json.Unmarshal(raw, &r) == nil && l.s.now().UnixNano() < r.Expires {
+		// An unreadable lease, or one without a valid tag, is free.
+		if exp, ok := l.s.openLease(l.name, raw); ok && l.s.now().Before(l.s.leaseEnd(l.name, rev, exp, l.ttl)) {
 			return ErrBusy
 		}
 	}
 	// The revision check makes a takeover one caller's: the others conflict.
-	return l.write(ctx, rev, ErrBusy)
+	if err := l.write(ctx, rev, ErrBusy); err != nil {
+		return err
+	}
+	l.s.forgetLease(l.name)
+	return nil
 }
 
 // write stores the lease with a new expiry if its record is at revision
 // rev; a conflict is lost.
 func (l *lease) write(ctx context.Context, rev uint64, lost error) error {
 	exp := l.s.now().Add(l.ttl)
-	b, _ := json.Marshal(leaseRecord{Owner: l.owner, Expires: exp.UnixNano()})
+	b := l.s.sealLease(l.name, leaseRecord{Owner: l.owner, Expires: exp.UnixNano()})
 	n, err := l.s.b.Set(ctx, Leases, l.name, b, rev)
 	if errors.Is(err, ErrConflict) {
 		return fmt.Errorf("%w: %w", lost, err)

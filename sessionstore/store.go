@@ -16,11 +16,17 @@
 //		return err
 //	})
 //
-// With Options.Key set, heads and snapshots carry an HMAC-SHA256 tag under
-// that key and a record without a valid one is refused (ErrTampered): a
-// process that does not hold the key cannot make another resume bytes of
-// its choosing. Without a key, the store is trusted: whoever can write to
-// it chooses the state, and so the code, that sessions resume.
+// With Options.Key set, heads, leases and snapshots carry an HMAC-SHA256
+// tag under that key and a record without a valid one is refused
+// (ErrTampered; a lease without one is free to take): a process that does
+// not hold the key cannot make another resume bytes of its choosing.
+// Without a key, the store is trusted: whoever can write to it chooses the
+// state, and so the code, that sessions resume.
+//
+// Whatever the key, nothing is read before it is bounded: a record longer
+// than its bound, or in a directory store not a regular file, is
+// ErrTampered and costs at most the bound; a lease's expiry counts for at
+// most a lease's ttl after its holder last renewed it.
 package sessionstore
 
 import (
@@ -31,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -49,7 +56,10 @@ var (
 	// released.
 	ErrLeaseLost = errors.New("sessionstore: the conversation's lease was lost")
 	// ErrTampered: a head or snapshot lacks a valid tag under Options.Key,
-	// or its bytes do not match their content address; it is not used.
+	// its bytes do not match their content address, or it is not a record
+	// at all: longer than its bound (a head or lease: MaxRecord), or in a
+	// directory store a link, a device or a FIFO. It is not used, and reading it cost at most its
+	// bound.
 	ErrTampered = errors.New("sessionstore: a record failed its integrity check")
 	// ErrBadName: a conversation name outside CheckName's rules.
 	ErrBadName = errors.New("sessionstore: bad conversation name")
@@ -83,7 +93,7 @@ const (
 // Options configure a Store. The zero value is a trusted store (no key),
 // DefaultTTL and DefaultLeaseWait.
 type Options struct {
-	// Key, if set, is the operator's secret: heads and snapshots are tagged
+	// Key, if set, is the operator's secret: heads, leases and snapshots are tagged
 	// with HMAC-SHA256 under it, and records without a valid tag are
 	// refused with ErrTampered. Every replica sharing a store needs the
 	// same key. At least 16 bytes.
@@ -168,7 +178,10 @@ type Store interface {
 	Delete(ctx context.Context, name string) error
 	// Lease takes the conversation for ttl: until it expires or is
 	// released, other callers' Lease waits (Options.LeaseWait, ctx), then
-	// fails with ErrBusy. An expired lease is taken over.
+	// fails with ErrBusy. An expired lease is taken over, and so is one
+	// that stayed at the same revision (unrenewed) for ttl whatever expiry
+	// it claims, one that is not a lease, and with a key one without a
+	// valid tag.
 	Lease(ctx context.Context, name string, ttl time.Duration) (Lease, error)
 	// Close releases the store's connections.
 	Close() error
@@ -208,7 +221,7 @@ func New(b Backend, opts *Options) (Store, error) {
 		o.SweepBatch = DefaultSweepBatch
 	}
 	o.Key = append([]byte(nil), o.Key...)
-	return &store{b: b, opts: o, now: time.Now}, nil
+	return &store{b: b, opts: o, now: time.Now, seen: map[string]seenLease{}}, nil
 }
 
 // store is a Store on a Backend: names checked, records sealed, leases and
@@ -217,6 +230,9 @@ type store struct {
 	b    Backend
 	opts Options
 	now  func() time.Time
+
+	seenMu sync.Mutex
+	seen   map[string]seenLease // leases held by others, when first seen (leaseEnd)
 }
 
 func (s *store) Load(ctx context.Context, name string) (Head, error) {
@@ -328,7 +344,7 @@ func (s *store) Delete(ctx context.Context, name string) error {
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrTampered) { // a record that is not a head still goes
 		return fmt.Errorf("sessionstore: deleting %q: %w", name, err)
 	}
 	if err := s.b.Remove(ctx, Heads, name, 0); err != nil && !errors.Is(err, ErrNotFound) {

@@ -211,6 +211,10 @@ func (d *Dir) sweepConversation(ctx context.Context, s *store, name string, budg
 		}
 		_, live, raw, err := d.read(Heads, name)
 		keep := ""
+		if errors.Is(err, ErrTampered) {
+			unlock()
+			return len(entries), nil // a head that is not one: leave its conversation as it is
+		}
 		if err == nil && live {
 			var h Head
 			if h, err = s.openHead(name, raw); err != nil {
