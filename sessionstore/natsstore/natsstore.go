@@ -6,6 +6,12 @@
 //
 //	nats://host:port?heads=fumehood-heads&leases=fumehood-leases&objects=fumehood-snapshots&replicas=3&maxbytes=10000000000&creds=/path/user.creds
 //
+// Buckets that are missing are created with the URL's settings. Buckets
+// that exist are used as they are: a bare URL adopts their replicas and
+// bound, and a URL whose replicas or maxbytes differ from theirs is an
+// error naming the difference (ErrSettings); opening never changes them.
+// The store's TTL is the max age of the buckets it creates.
+//
 // Only the programs that import this package link the NATS client.
 package natsstore
 
@@ -39,24 +45,36 @@ const (
 	DefaultTimeout = 5 * time.Second
 )
 
+// ErrSettings: a bucket exists with other settings (replicas, max bytes)
+// than the Options or URL ask for; nothing was changed.
+var ErrSettings = errors.New("natsstore: a bucket's settings differ from those asked for")
+
 // Options configure the backend's buckets. The zero value gives the
-// default names, one replica and no expiry.
+// default names and uses the buckets as they are; buckets it creates get
+// one replica, no bound and no expiry.
+//
+// Opening never changes an existing bucket's replicas, max bytes or max
+// age: Replicas and MaxBytes, when set, must match what the bucket has
+// (else ErrSettings), and TTL only applies to buckets it creates. Changing
+// a bucket is the operator's act, on its stream (KV_<heads>, KV_<leases>,
+// OBJ_<objects>) with the NATS tools.
 type Options struct {
 	// Heads, Leases and Objects name the buckets; "" means the defaults.
 	Heads, Leases, Objects string
 	// Replicas is the buckets' replication factor (1 to 5 in a cluster);
-	// 0 means 1.
+	// 0 means the existing buckets', and 1 for those it creates.
 	Replicas int
 	// TTL makes JetStream discard heads not written for that long, and
-	// snapshots a minute later (the buckets' max age): set it to the
-	// store's TTL. 0 never does.
+	// snapshots a minute later (the buckets' max age), in the buckets it
+	// creates: set it to the store's TTL. 0 never does.
 	TTL time.Duration
 	// Timeout bounds a request whose context has no deadline; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
 	// MaxBytes bounds the snapshots' bucket: a snapshot that would take
 	// it past that fails to be stored (sessionstore.ErrFull), and its
-	// call commits nothing. 0 means no bound.
+	// call commits nothing. 0 means the existing bucket's, and no bound
+	// for one it creates.
 	MaxBytes int64
 }
 
@@ -72,8 +90,8 @@ type Backend struct {
 	stream jetstream.Stream
 }
 
-// New returns the backend on a connection, creating its buckets or
-// updating their configuration. Close leaves the connection open. Give
+// New returns the backend on a connection, creating its buckets if they
+// are missing and using them as they are if not (see Options). Close leaves the connection open. Give
 // the connection nats.ReconnectBufSize(-1), as Connect does: otherwise a
 // commit that timed out while it reconnected can still land afterwards.
 func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
@@ -84,7 +102,9 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	o.Heads = cmp(o.Heads, DefaultHeads)
 	o.Leases = cmp(o.Leases, DefaultLeases)
 	o.Objects = cmp(o.Objects, DefaultObjects)
-	o.Replicas = max(o.Replicas, 1)
+	if o.Replicas < 0 || o.MaxBytes < 0 {
+		return nil, fmt.Errorf("natsstore: replicas %d, max bytes %d: give 0 (the bucket's own) or a positive number", o.Replicas, o.MaxBytes)
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
@@ -97,12 +117,12 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	}
 	b := &Backend{bucket: o.Objects}
 	kv := func(name string, ttl time.Duration) (jetstream.KeyValue, error) {
-		err := ensureBucket(ctx, js, "KV_"+name, func() error {
+		_, err := ensureBucket(ctx, js, "KV_"+name, func() error {
 			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket: name, History: 1, TTL: ttl, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+				Bucket: name, History: 1, TTL: ttl, Replicas: max(o.Replicas, 1), Storage: jetstream.FileStorage,
 				Description: "fumehood sessionstore"})
 			return err
-		}, func(c *jetstream.StreamConfig) { c.MaxAge, c.Replicas = ttl, o.Replicas })
+		}, settings{replicas: o.Replicas})
 		if err != nil {
 			return nil, err
 		}
@@ -119,16 +139,16 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 		// A snapshot is stored before its head: it must not expire first.
 		objectsTTL += time.Minute
 	}
-	maxBytes := o.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = -1
-	}
-	err = ensureBucket(ctx, js, "OBJ_"+o.Objects, func() error {
+	_, err = ensureBucket(ctx, js, "OBJ_"+o.Objects, func() error {
+		maxBytes := o.MaxBytes
+		if maxBytes == 0 {
+			maxBytes = -1
+		}
 		_, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket: o.Objects, TTL: objectsTTL, Replicas: o.Replicas, Storage: jetstream.FileStorage,
+			Bucket: o.Objects, TTL: objectsTTL, Replicas: max(o.Replicas, 1), Storage: jetstream.FileStorage,
 			MaxBytes: maxBytes, Description: "fumehood sessionstore"})
 		return err
-	}, func(c *jetstream.StreamConfig) { c.MaxAge, c.Replicas, c.MaxBytes = objectsTTL, o.Replicas, maxBytes })
+	}, settings{replicas: o.Replicas, maxBytes: o.MaxBytes})
 	if err == nil {
 		b.objects, err = js.ObjectStore(ctx, o.Objects) // a handle that knows
 	}
@@ -141,18 +161,23 @@ func New(ctx context.Context, nc *nats.Conn, opts *Options) (*Backend, error) {
 	return b, nil
 }
 
-// ensureBucket makes sure a bucket's stream exists (create makes it),
-// with apply's settings and direct gets off, which any replica answers,
-// possibly behind the leader: a head read from a lagging replica would
-// look unchanged when it moved (the commit's compare-and-swap still
-// catches it, as a conflict), and an object just stored could be missing.
-//
-// It changes an existing stream's configuration only where it differs,
-// and never turns direct gets on: replicas opening a store at once (a
-// deploy) each made it anew with the client's create-or-update, which
-// turns them on, and a racing create failed with "stream name already
-// in use"; the loser now uses the winner's stream.
-func ensureBucket(ctx context.Context, js jetstream.JetStream, stream string, create func() error, apply func(*jetstream.StreamConfig)) error {
+// settings are what a caller asks of a bucket: 0 asks nothing, and the
+// bucket's own stands.
+type settings struct {
+	replicas int
+	maxBytes int64 // -1: no bound
+}
+
+// ensureBucket makes sure a bucket's stream exists (create makes it, with
+// the caller's settings) and returns its settings. It never changes an
+// existing bucket's replicas, max bytes or max age: a setting the caller
+// asks for that the bucket does not have is an error naming both. The one
+// change it makes is to turn direct gets off (which the client's create
+// turns on, even on a racing create that lost): with them any replica
+// answers a read, possibly one behind the leader, so that a head read
+// would look unchanged when it moved and an object just stored could be
+// missing.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, stream string, create func() error, ask settings) (settings, error) {
 	st, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if err = create(); err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -160,20 +185,39 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, stream string, cr
 		}
 	}
 	if err != nil {
-		return err
+		return settings{}, err
 	}
 	cfg := st.CachedInfo().Config
-	want := cfg
-	apply(&want)
-	want.AllowDirect = false
-	if want.MaxAge > 0 && want.Duplicates > want.MaxAge {
-		want.Duplicates = want.MaxAge // the server refuses a window past the max age
+	has := settings{replicas: max(cfg.Replicas, 1), maxBytes: cfg.MaxBytes}
+	if has.maxBytes <= 0 {
+		has.maxBytes = -1
 	}
-	if want.MaxAge == cfg.MaxAge && want.Replicas == cfg.Replicas && want.MaxBytes == cfg.MaxBytes && !cfg.AllowDirect {
-		return nil
+	var diff []string
+	if ask.replicas != 0 && ask.replicas != has.replicas {
+		diff = append(diff, fmt.Sprintf("replicas=%d (asked: %d)", has.replicas, ask.replicas))
 	}
-	_, err = js.UpdateStream(ctx, want)
-	return err
+	if ask.maxBytes != 0 && ask.maxBytes != has.maxBytes {
+		diff = append(diff, fmt.Sprintf("maxbytes=%s (asked: %s)", bytesSetting(has.maxBytes), bytesSetting(ask.maxBytes)))
+	}
+	if len(diff) > 0 {
+		return settings{}, fmt.Errorf("%w: the bucket exists with %s: leave those settings out to use the bucket's, or change the bucket itself (its stream %s)",
+			ErrSettings, strings.Join(diff, ", "), stream)
+	}
+	if cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return settings{}, err
+		}
+	}
+	return has, nil
+}
+
+// bytesSetting words a max bytes setting.
+func bytesSetting(n int64) string {
+	if n < 0 {
+		return "none"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // Connect dials the NATS servers at urls (comma-separated) and returns the
@@ -294,11 +338,16 @@ func (b *Backend) kv(t sessionstore.Table) jetstream.KeyValue {
 	return b.heads
 }
 
-// Get implements sessionstore.Backend.
+// Get implements sessionstore.Backend. A record arrives whole in one
+// message, which the server's max payload bounds (1 MiB by default);
+// one past sessionstore.MaxRecord is ErrTampered.
 func (b *Backend) Get(ctx context.Context, t sessionstore.Table, key string) ([]byte, uint64, error) {
 	e, err := b.kv(t).Get(ctx, key)
 	if err != nil {
 		return nil, 0, wrap("reading "+t.String()+"/"+key, err)
+	}
+	if n := len(e.Value()); n > sessionstore.MaxRecord {
+		return nil, e.Revision(), fmt.Errorf("%w: %s/%s is %d bytes, past its bound of %d", sessionstore.ErrTampered, t, key, n, sessionstore.MaxRecord)
 	}
 	return e.Value(), e.Revision(), nil
 }

@@ -150,11 +150,7 @@ func TestBucketTTL(t *testing.T) {
 	s, err := sessionstore.Open(ctx, srv.URL()+"?heads=h&objects=o", &sessionstore.Options{TTL: time.Hour})
 	require.NoError(t, err)
 	defer s.Close()
-	nc, err := nats.Connect(srv.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := jetStream(t, srv.URL())
 	kv, err := js.KeyValue(ctx, "h")
 	require.NoError(t, err)
 	kvs, err := kv.Status(ctx)
@@ -254,27 +250,104 @@ func TestOpenAtOnce(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	nc, err := nats.Connect(srv.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := jetStream(t, srv.URL())
 	for _, name := range []string{"KV_h0", "KV_l0", "OBJ_o0"} {
 		st, err := js.Stream(ctx, name)
 		require.NoError(t, err)
 		assert.False(t, st.CachedInfo().Config.AllowDirect, name)
 	}
 
-	b, err := natsstore.Connect(ctx, srv.URL(), &natsstore.Options{Heads: "h0", Leases: "l0", Objects: "o0",
-		TTL: time.Hour, MaxBytes: 1 << 20})
+	// A later opener with another TTL leaves the buckets as they are.
+	b, err := natsstore.Connect(ctx, srv.URL(), &natsstore.Options{Heads: "h0", Leases: "l0", Objects: "o0", TTL: time.Hour})
 	require.NoError(t, err)
 	b.Close()
 	heads, err := js.Stream(ctx, "KV_h0")
 	require.NoError(t, err)
-	assert.Equal(t, time.Hour, heads.CachedInfo().Config.MaxAge)
-	objects, err := js.Stream(ctx, "OBJ_o0")
+	assert.Zero(t, heads.CachedInfo().Config.MaxAge)
+}
+
+// TestOpenKeepsBuckets: opening a store never changes its buckets. A
+// bare URL adopts the bound the buckets have; a URL that asks for
+// another bound or replica count is ErrSettings, naming both, and the
+// buckets stay as they were.
+func TestOpenKeepsBuckets(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL()+"?maxbytes=5000000", &sessionstore.Options{TTL: time.Hour})
 	require.NoError(t, err)
-	assert.Equal(t, time.Hour+time.Minute, objects.CachedInfo().Config.MaxAge)
-	assert.Equal(t, int64(1<<20), objects.CachedInfo().Config.MaxBytes)
-	assert.False(t, objects.CachedInfo().Config.AllowDirect)
+	require.NoError(t, s.Close())
+	js := jetStream(t, srv.URL())
+	configs := func() []jetstream.StreamConfig {
+		var c []jetstream.StreamConfig
+		for _, name := range []string{"KV_" + natsstore.DefaultHeads, "KV_" + natsstore.DefaultLeases, "OBJ_" + natsstore.DefaultObjects} {
+			st, err := js.Stream(ctx, name)
+			require.NoError(t, err)
+			c = append(c, st.CachedInfo().Config)
+		}
+		return c
+	}
+	before := configs()
+	require.Equal(t, int64(5000000), before[2].MaxBytes)
+
+	s, err = sessionstore.Open(ctx, srv.URL(), nil)
+	require.NoError(t, err, "a bare URL adopts the buckets")
+	ref, err := s.Put(ctx, "c", []byte("x"))
+	require.NoError(t, err)
+	_, err = s.Commit(ctx, "c", sessionstore.Head{}, ref)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	assert.Equal(t, before, configs(), "a bare URL changed nothing")
+
+	for q, want := range map[string]string{
+		"?maxbytes=100000":             "maxbytes=5000000 (asked: 100000)",
+		"?replicas=3":                  "replicas=1 (asked: 3)",
+		"?replicas=1&maxbytes=5000000": "",
+	} {
+		s, err := sessionstore.Open(ctx, srv.URL()+q, nil)
+		if want == "" {
+			require.NoError(t, err, q)
+			require.NoError(t, s.Close())
+			continue
+		}
+		require.ErrorIs(t, err, natsstore.ErrSettings, q)
+		assert.ErrorContains(t, err, want, q)
+	}
+	assert.Equal(t, before, configs(), "no URL changed anything")
+}
+
+// TestRecordBound: a head or lease past sessionstore.MaxRecord, put by a
+// client without the key, is ErrTampered, and such a lease is taken over.
+func TestRecordBound(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.Run(t)
+	s, err := sessionstore.Open(ctx, srv.URL(), &sessionstore.Options{Key: []byte("0123456789abcdef"), LeaseWait: -1})
+	require.NoError(t, err)
+	defer s.Close()
+	js := jetStream(t, srv.URL())
+	big := make([]byte, sessionstore.MaxRecord+1)
+	for _, bucket := range []string{natsstore.DefaultHeads, natsstore.DefaultLeases} {
+		kv, err := js.KeyValue(ctx, bucket)
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, "c", big)
+		require.NoError(t, err)
+	}
+	_, err = s.Load(ctx, "c")
+	assert.ErrorIs(t, err, sessionstore.ErrTampered)
+	l, err := s.Lease(ctx, "c", time.Minute)
+	require.NoError(t, err, "a lease that is not one is free")
+	assert.NoError(t, l.Release(ctx))
+	assert.NoError(t, s.Delete(ctx, "c"), "a head that is not one still goes")
+	_, err = s.Load(ctx, "c")
+	assert.ErrorIs(t, err, sessionstore.ErrNotFound)
+}
+
+// jetStream returns a client of the server at url, as another process
+// sharing the store would have.
+func jetStream(t *testing.T, url string) jetstream.JetStream {
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
 }
