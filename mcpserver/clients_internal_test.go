@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -103,24 +104,12 @@ func TestClientsBoundedOverHTTP(t *testing.T) {
 	assert.NoError(t, err, "the newest client is served")
 
 	// What any client of an evicted MCP session is answered.
-	req, err := http.NewRequest("POST", hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", all[0].ID())
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := post(t, http.DefaultClient, hs.URL, all[0].ID(), `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	defer resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
-	var body struct {
-		Error struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-	assert.Equal(t, codeSessionEnded, body.Error.Code)
-	assert.Contains(t, body.Error.Message, "ended to make room for a new client")
+	code, msg := rpcError(t, resp)
+	assert.Equal(t, codeSessionEnded, code)
+	assert.Contains(t, msg, "ended to make room for a new client")
 }
 
 // TestClientsRefusedWhenAllBusy: when every MCP session has a request in
@@ -142,7 +131,7 @@ func TestClientsRefusedWhenAllBusy(t *testing.T) {
 	}
 	_, err := connectHTTP(t, hs.URL)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "2 MCP sessions, its most, and each has a request in progress")
+	expectFull(t, hs.URL)
 	counted, _ := held(s)
 	assert.Equal(t, 2, counted)
 
@@ -166,11 +155,114 @@ func TestClientsEvictionSparesSessionOwners(t *testing.T) {
 	require.NoError(t, err)
 	other, err := connectHTTP(t, hs.URL)
 	require.NoError(t, err)
-	s.mu.Lock()
-	s.owners[sessionOf(t, s, owner)] = true
-	s.mu.Unlock()
-	// Each client's notifications/initialized, which it does not wait
-	// for, handled: both idle.
+	require.NoError(t, s.own(sessionOf(t, s, owner), "a"))
+	waitIdle(t, s)
+
+	_, err = connectHTTP(t, hs.URL)
+	require.NoError(t, err)
+	_, err = owner.ListTools(context.Background(), nil)
+	assert.NoError(t, err, "the owner of a session, least recently used, stays")
+	_, err = other.ListTools(context.Background(), nil)
+	assert.Error(t, err, "the one without sessions was evicted")
+}
+
+// initializeRaw sends an initialize request of a new client to the
+// streamable HTTP server at url.
+func initializeRaw(t *testing.T, client *http.Client, url string) *http.Response {
+	t.Helper()
+	return post(t, client, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":`+
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+}
+
+// post sends a JSON-RPC message to the streamable HTTP server at url, in
+// the MCP session id if not "".
+func post(t *testing.T, client *http.Client, url, id, message string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(message))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if id != "" {
+		req.Header.Set("Mcp-Session-Id", id)
+	}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+// rpcError decodes the JSON-RPC error of a response's body.
+func rpcError(t *testing.T, resp *http.Response) (code int, message string) {
+	t.Helper()
+	var body struct {
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	return body.Error.Code, body.Error.Message
+}
+
+// expectFull checks that a new client of the server at url is refused
+// with 503 Service Unavailable, a Retry-After header and a JSON-RPC error
+// saying why.
+func expectFull(t *testing.T, url string) {
+	t.Helper()
+	resp := initializeRaw(t, http.DefaultClient, url)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, retryAfter, resp.Header.Get("Retry-After"))
+	assert.Empty(t, resp.Header.Get("Mcp-Session-Id"))
+	code, msg := rpcError(t, resp)
+	assert.Equal(t, codeServerFull, code)
+	assert.Contains(t, msg, "each has a request in progress or sessions of its own")
+}
+
+// TestClientsFullOfOwnersRefuse: when every MCP session held owns
+// sessions, a new client is refused with 503 and Retry-After rather than
+// ending one (the least recently used owner was evicted, its sessions
+// closed); once one owns none, it is evicted for the next.
+func TestClientsFullOfOwnersRefuse(t *testing.T) {
+	s, _, _ := bareServer(t, Options{MaxClients: 2})
+	hs := httptest.NewServer(s.HTTPHandler())
+	t.Cleanup(hs.Close)
+	var owners []*mcp.ClientSession
+	for i := range 2 {
+		cs, err := connectHTTP(t, hs.URL)
+		require.NoError(t, err)
+		require.NoError(t, s.own(sessionOf(t, s, cs), fmt.Sprint(i)))
+		owners = append(owners, cs)
+	}
+	waitIdle(t, s)
+	for range 3 {
+		expectFull(t, hs.URL)
+	}
+	// Through the MCP server without HTTPHandler: a JSON-RPC error.
+	plain := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil))
+	t.Cleanup(plain.Close)
+	_, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: plain.URL}, nil)
+	assert.ErrorContains(t, err, "each has a request in progress or sessions of its own")
+	for _, cs := range owners {
+		_, err := cs.ListTools(context.Background(), nil)
+		assert.NoError(t, err, "the owners are served")
+	}
+
+	s.disown(sessionOf(t, s, owners[1]), "1")
+	waitIdle(t, s)
+	_, err = connectHTTP(t, hs.URL)
+	require.NoError(t, err)
+	_, err = owners[1].ListTools(context.Background(), nil)
+	assert.Error(t, err, "the client without sessions was evicted")
+	_, err = owners[0].ListTools(context.Background(), nil)
+	assert.NoError(t, err)
+}
+
+// waitIdle waits until no MCP session of s has a request in progress
+// (such as a client's notifications/initialized, which it does not wait
+// for).
+func waitIdle(t *testing.T, s *Server) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		s.clients.mu.Lock()
 		defer s.clients.mu.Unlock()
@@ -181,13 +273,6 @@ func TestClientsEvictionSparesSessionOwners(t *testing.T) {
 		}
 		return true
 	}, 30*time.Second, time.Millisecond)
-
-	_, err = connectHTTP(t, hs.URL)
-	require.NoError(t, err)
-	_, err = owner.ListTools(context.Background(), nil)
-	assert.NoError(t, err, "the owner of a session, least recently used, stays")
-	_, err = other.ListTools(context.Background(), nil)
-	assert.Error(t, err, "the one without sessions was evicted")
 }
 
 // TestIdleClientEnded: an MCP session without a request for IdleTimeout
@@ -217,9 +302,56 @@ func TestClientOptions(t *testing.T) {
 	_, err = o.resolve()
 	require.NoError(t, err)
 	assert.Negative(t, o.IdleTimeout, "never")
+	assert.Equal(t, DefaultMaxSessionsPerClient, o.MaxSessionsPerClient)
+	assert.Equal(t, DefaultMaxStoredSessionsPerClient, o.MaxStoredSessionsPerClient)
+	assert.Equal(t, DefaultMaxWaitingRuns, o.MaxWaitingRuns)
+	assert.Equal(t, DefaultMaxWaitingRunsPerClient, o.MaxWaitingRunsPerClient)
 	for _, n := range []int{-1, 1<<20 + 1} {
-		o = Options{MaxClients: n}
-		_, err := o.resolve()
-		assert.Error(t, err, "%d", n)
+		for _, o := range []Options{{MaxClients: n}, {MaxSessionsPerClient: n}, {MaxStoredSessionsPerClient: n},
+			{MaxWaitingRuns: n}, {MaxWaitingRunsPerClient: n}} {
+			_, err := o.resolve()
+			assert.Error(t, err, "%d %+v", n, o)
+		}
 	}
+}
+
+// TestRunWaitBounds: a wait for a run slot ends at the run's timeout
+// (errRunWait), and past the bounds of waiting calls, of one client or
+// of all, a call is refused at once (errRunsWaiting); a slot freed goes
+// to a waiting call.
+func TestRunWaitBounds(t *testing.T) {
+	s, _, _ := bareServer(t, Options{MaxRuns: 1, MaxWaitingRuns: 2, MaxWaitingRunsPerClient: 1})
+	ctx := context.Background()
+	done, err := s.acquireRun(ctx, "a", 0)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = s.acquireRun(ctx, "b", 50*time.Millisecond)
+	assert.ErrorIs(t, err, errRunWait)
+	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
+
+	got := make(chan error, 2)
+	wait := func(client string) {
+		go func() {
+			done, err := s.acquireRun(ctx, client, time.Minute)
+			if err == nil {
+				done()
+			}
+			got <- err
+		}()
+	}
+	wait("b")
+	require.Eventually(t, func() bool { return s.Stats().WaitingRuns == 1 }, 10*time.Second, time.Millisecond)
+	_, err = s.acquireRun(ctx, "b", time.Minute)
+	assert.ErrorIs(t, err, errRunsWaiting, "one of b's waits already")
+	assert.ErrorContains(t, err, "this client has the most calls waiting for one (1)")
+	wait("c")
+	require.Eventually(t, func() bool { return s.Stats().WaitingRuns == 2 }, 10*time.Second, time.Millisecond)
+	_, err = s.acquireRun(ctx, "d", time.Minute)
+	assert.ErrorIs(t, err, errRunsWaiting, "two wait in all")
+	assert.ErrorContains(t, err, "the most calls wait for one (2, over all clients)")
+	done()
+	require.NoError(t, <-got)
+	require.NoError(t, <-got)
+	assert.Zero(t, s.Stats().WaitingRuns)
+	assert.Empty(t, s.waitingBy)
 }

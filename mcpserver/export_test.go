@@ -1,6 +1,11 @@
 package mcpserver
 
-import "github.com/fumehood/fumehood/sandbox"
+import (
+	"net/http"
+	"testing"
+
+	"github.com/fumehood/fumehood/sandbox"
+)
 
 // OnRun sets a hook called, with the number of runs executing, each time
 // a run starts executing.
@@ -16,4 +21,10 @@ func (s *Server) OpenSessions() int { return s.live.Len() }
 // Config returns the limits of a call that asks for timeout_ms and fuel.
 func (s *Server) Config(timeoutMS, fuel int64) (*sandbox.RunOptions, error) {
 	return s.config(callLimits{TimeoutMS: timeoutMS, Fuel: fuel})
+}
+
+// InitializeHTTP sends an initialize request of a new client to the
+// streamable HTTP server at url.
+func InitializeHTTP(t *testing.T, client *http.Client, url string) *http.Response {
+	return initializeRaw(t, client, url)
 }

@@ -16,9 +16,17 @@
 // sessions and guest memory are bounded over all clients together
 // (Options.MaxRuns, MaxSessions, MemoryBudget), and so are the MCP
 // sessions held (MaxClients); every text of a result is cut to
-// Options.MaxOutput. A session belongs to the MCP session (the SDK's
-// ServerSession) that made it: other clients cannot see it, and it is
-// closed when its MCP session ends. Serve streamable HTTP with
+// Options.MaxOutput. No client can end or starve another: one holds at
+// most MaxSessionsPerClient sessions (4 by default; with a Store, it has
+// at most MaxStoredSessionsPerClient, 64, in the store), at most
+// MaxWaitingRuns calls wait for a run slot (64, MaxWaitingRunsPerClient,
+// 4, of one client; past them a call is refused at once) and each waits
+// at most its run's timeout; a client with a call in progress or waiting,
+// or with sessions, is never evicted to make room past MaxClients, and
+// when every client is such a one a new client is refused (HTTPHandler:
+// 503 Service Unavailable with Retry-After). A session belongs to the MCP
+// session (the SDK's ServerSession) that made it: other clients cannot
+// see it, and it is closed when its MCP session ends. Serve streamable HTTP with
 // Server.HTTPHandler, whose MCP sessions end after Options.IdleTimeout
 // without a request, so that those of clients that vanish end too; in the
 // SDK's stateless HTTP mode every request is an MCP session of its own,
@@ -34,6 +42,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -110,12 +119,39 @@ type Options struct {
 	MemoryBudget int64
 	// MaxClients bounds the MCP sessions (clients, over streamable HTTP:
 	// each Mcp-Session-Id) the server holds at once, over every transport;
-	// 0 means 256. An idle one holds about 20 KB of host memory. Past it, a
-	// new client evicts the least recently used MCP session that has no
-	// request in progress, preferring one that owns no session, and is
-	// refused when each has a request in progress. An evicted MCP session
-	// ends as one idle past IdleTimeout does: its sessions are closed.
+	// 0 means DefaultMaxClients. An idle one holds about 20 KB of host
+	// memory. Past it, a new client evicts the least recently used MCP
+	// session that has no request in progress (running or waiting) and
+	// owns no session; when there is none, the new client is refused
+	// (HTTPHandler answers 503 Service Unavailable with a Retry-After
+	// header), and no client's sessions are ever ended to make room.
 	MaxClients int
+	// MaxSessionsPerClient bounds the sessions one client (MCP session)
+	// holds open at once; 0 means DefaultMaxSessionsPerClient. With
+	// MaxSessions it keeps one client from taking every session.
+	MaxSessionsPerClient int
+	// MaxStoredSessionsPerClient bounds, with a Store, the sessions one
+	// client has created through this server that are still in the store
+	// (neither closed nor expired); 0 means
+	// DefaultMaxStoredSessionsPerClient. Over stateless HTTP a client is
+	// what ClientKey returns for its requests.
+	MaxStoredSessionsPerClient int
+	// MaxWaitingRuns bounds the calls (run_python, session_run) waiting
+	// for one of the MaxRuns run slots, over all clients, and
+	// MaxWaitingRunsPerClient those of one client; 0 means
+	// DefaultMaxWaitingRuns and DefaultMaxWaitingRunsPerClient. A call
+	// past either is refused at once; a call waits at most its run's
+	// timeout (the call's timeout_ms, else Limits.Timeout), and is then
+	// refused. A client's waiting calls count it as busy: it is not
+	// evicted while one waits.
+	MaxWaitingRuns, MaxWaitingRunsPerClient int
+	// ClientKey names the client of a request of HTTPHandler's stateless
+	// HTTP (with a Store), where no MCP session outlives a request, for
+	// MaxStoredSessionsPerClient and MaxWaitingRunsPerClient. nil means
+	// the authenticated user (auth.TokenInfo's UserID) if there is one,
+	// else the request's remote IP address, which clients behind one
+	// proxy share. Other transports' clients are their MCP sessions.
+	ClientKey func(*http.Request) string
 	// IdleTimeout ends an MCP session of HTTPHandler after this long
 	// without a request, and closes its sessions; 0 means 30 minutes and a
 	// negative value never.
@@ -144,10 +180,15 @@ type Options struct {
 	LeaseTTL time.Duration
 }
 
-// The defaults of Options.MaxClients and Options.IdleTimeout.
+// The defaults of Options.MaxClients, IdleTimeout and the bounds of one
+// client and of the calls waiting for a run.
 const (
-	DefaultMaxClients  = 256
-	DefaultIdleTimeout = 30 * time.Minute
+	DefaultMaxClients                 = 256
+	DefaultIdleTimeout                = 30 * time.Minute
+	DefaultMaxSessionsPerClient       = 4
+	DefaultMaxStoredSessionsPerClient = 64
+	DefaultMaxWaitingRuns             = 64
+	DefaultMaxWaitingRunsPerClient    = 4
 )
 
 // Server holds the compiled guest and the open sessions.
@@ -176,6 +217,14 @@ type Server struct {
 	nTemp   int                         // run_python calls holding memory
 	running int                         // runs executing
 	freed   chan struct{}               // closed when memory is released
+
+	// What each client holds (clients.go): the IDs of its open sessions
+	// (without a Store), the sessions it created in the Store, its calls
+	// waiting for a run slot.
+	owned     map[*mcp.ServerSession]map[string]struct{}
+	created   map[any]*storedBy
+	waiting   int
+	waitingBy map[any]int
 }
 
 // New returns a server that runs code on py, which must be the Python
@@ -211,6 +260,7 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 // newServer returns a server with no tools, its options resolved.
 func newServer(o Options, instructions string) *Server {
 	s := &Server{opts: o, owners: map[*mcp.ServerSession]bool{},
+		owned: map[*mcp.ServerSession]map[string]struct{}{}, created: map[any]*storedBy{}, waitingBy: map[any]int{},
 		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
 		instructions: instructions, clients: newClients(o.MaxClients)}
 	s.live = sessionpool.New[*mcp.ServerSession](sessionpool.Options{Max: o.MaxSessions, OnFree: s.freeMemory})
@@ -230,8 +280,9 @@ type Stats struct {
 	// sessions this process keeps live between calls, and Hibernated is 0.
 	Sessions, Hibernated int
 	// Runs are the runs executing; TempRuns the run_python calls holding
-	// memory (running or waiting for a run slot).
-	Runs, TempRuns int
+	// memory (running, or about to); WaitingRuns the calls
+	// waiting for a run slot (MaxWaitingRuns bounds them).
+	Runs, TempRuns, WaitingRuns int
 	// Clients are the MCP sessions held over HTTP (MaxClients bounds them).
 	Clients int
 	// MemoryHeld is what open sessions and run_python calls hold of
@@ -245,7 +296,7 @@ func (s *Server) Stats() Stats {
 	st := Stats{Clients: s.clients.count(), MemoryBudget: s.opts.MemoryBudget}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.Sessions, st.TempRuns, st.Runs = s.live.Len(), s.nTemp, s.running
+	st.Sessions, st.TempRuns, st.Runs, st.WaitingRuns = s.live.Len(), s.nTemp, s.running, s.waiting
 	st.Hibernated = s.live.Idle()
 	if s.stored != nil {
 		st.Sessions = s.stored.Live()
@@ -261,13 +312,17 @@ const toolsNote = "run_python is a fresh interpreter each time; " +
 // resolve applies the defaults and checks the options, and returns what
 // a session or a run holds of the memory budget.
 func (o *Options) resolve() (int64, error) {
+	for _, b := range []struct {
+		name string
+		n    int
+	}{{"MaxSessions", o.MaxSessions}, {"MaxRuns", o.MaxRuns}, {"MaxClients", o.MaxClients},
+		{"MaxSessionsPerClient", o.MaxSessionsPerClient}, {"MaxStoredSessionsPerClient", o.MaxStoredSessionsPerClient},
+		{"MaxWaitingRuns", o.MaxWaitingRuns}, {"MaxWaitingRunsPerClient", o.MaxWaitingRunsPerClient}} {
+		if b.n < 0 || b.n > 1<<20 {
+			return 0, fmt.Errorf("mcpserver: %s %d is outside 0 to 2^20", b.name, b.n)
+		}
+	}
 	switch {
-	case o.MaxSessions < 0 || o.MaxSessions > 1<<20:
-		return 0, fmt.Errorf("mcpserver: MaxSessions %d is outside 0 to 2^20", o.MaxSessions)
-	case o.MaxRuns < 0 || o.MaxRuns > 1<<20:
-		return 0, fmt.Errorf("mcpserver: MaxRuns %d is outside 0 to 2^20", o.MaxRuns)
-	case o.MaxClients < 0 || o.MaxClients > 1<<20:
-		return 0, fmt.Errorf("mcpserver: MaxClients %d is outside 0 to 2^20", o.MaxClients)
 	case o.MemoryBudget < 0:
 		return 0, fmt.Errorf("mcpserver: negative MemoryBudget %d", o.MemoryBudget)
 	case o.Store != nil && o.SnapshotDir != "":
@@ -289,6 +344,10 @@ func (o *Options) resolve() (int64, error) {
 	if o.MaxClients == 0 {
 		o.MaxClients = DefaultMaxClients
 	}
+	o.MaxSessionsPerClient = cmp.Or(o.MaxSessionsPerClient, DefaultMaxSessionsPerClient)
+	o.MaxStoredSessionsPerClient = cmp.Or(o.MaxStoredSessionsPerClient, DefaultMaxStoredSessionsPerClient)
+	o.MaxWaitingRuns = cmp.Or(o.MaxWaitingRuns, DefaultMaxWaitingRuns)
+	o.MaxWaitingRunsPerClient = cmp.Or(o.MaxWaitingRunsPerClient, DefaultMaxWaitingRunsPerClient)
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
@@ -621,13 +680,17 @@ var (
 	errMemoryBudget = errors.New("the server's memory budget is taken by open sessions: close one with session_close")
 )
 
-// acquireRun waits for a run slot, until ctx is done. The slot is held
-// until release is called.
-func (s *Server) acquireRun(ctx context.Context) (release func(), err error) {
+// acquireRun takes a run slot for a call of client whose run may take
+// timeout (0: no deadline), waiting for one while MaxWaitingRuns and
+// MaxWaitingRunsPerClient allow, at most timeout and until ctx is done.
+// The slot is held until release is called.
+func (s *Server) acquireRun(ctx context.Context, client any, timeout time.Duration) (release func(), err error) {
 	select {
 	case s.runs <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for one of the %d runs this server executes at once: %w", s.opts.MaxRuns, context.Cause(ctx))
+	default:
+		if err := s.waitRun(ctx, client, timeout); err != nil {
+			return nil, err
+		}
 	}
 	s.mu.Lock()
 	s.running++
@@ -710,12 +773,20 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest, in run
 		return nil, runOutput{}, err
 	}
 	s.streamProgress(ctx, req, cfg)
-	done, err := s.acquireRun(ctx)
+	done, err := s.acquireRun(ctx, s.clientOf(ctx, req), cfg.Limits.Timeout)
 	if err != nil {
 		return nil, runOutput{}, err
 	}
 	defer done()
-	if err := s.reserve(ctx, false); err != nil {
+	// Waiting for memory that other runs hold is bounded as waiting for a
+	// slot is: by the run's timeout.
+	wctx := ctx
+	if t := cfg.Limits.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, t, fmt.Errorf("%w: waited %v, this call's timeout, for memory held by other runs: try again later", errRunWait, t))
+		defer cancel()
+	}
+	if err := s.reserve(wctx, false); err != nil {
 		return nil, runOutput{}, err
 	}
 	defer s.release()
@@ -766,7 +837,7 @@ func decodeBase64(text string) ([]byte, error) {
 
 func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in createInput) (*mcp.CallToolResult, sessionRef, error) {
 	if s.stored != nil {
-		return s.createStored(ctx, in)
+		return s.createStored(ctx, s.clientOf(ctx, req), in)
 	}
 	id, err := s.open(ctx, req.Session, func(ctx context.Context) (*sandbox.Session, error) {
 		return s.py.NewSession(ctx, s.sessionConfig(in.Env))
@@ -778,12 +849,18 @@ func (s *Server) sessionCreate(ctx context.Context, req *mcp.CallToolRequest, in
 // reserved, owned by the MCP session owner, and returns its ID.
 func (s *Server) open(ctx context.Context, owner *mcp.ServerSession, newSession func(context.Context) (*sandbox.Session, error)) (string, error) {
 	id := newID()
+	if err := s.own(owner, id); err != nil {
+		return "", err
+	}
 	c, err := s.live.Acquire(ctx, id, owner, func(ctx context.Context) (*sandbox.Session, error) {
 		if err := s.reserve(ctx, true); err != nil {
 			return nil, err
 		}
 		return newSession(ctx)
 	})
+	if err != nil {
+		s.disown(owner, id)
+	}
 	switch {
 	case errors.Is(err, sessionpool.ErrFull):
 		return "", fmt.Errorf("%d sessions are open, the most this server allows: close one with session_close", s.opts.MaxSessions)
@@ -812,6 +889,7 @@ func (s *Server) open(ctx context.Context, owner *mcp.ServerSession, newSession 
 func (s *Server) ownerGone(owner *mcp.ServerSession) {
 	s.mu.Lock()
 	delete(s.owners, owner)
+	delete(s.owned, owner)
 	s.mu.Unlock()
 	s.live.RemoveOwner(owner)
 }
@@ -844,7 +922,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 	}
 	s.streamProgress(ctx, req, cfg)
 	if s.stored != nil {
-		return s.runStored(ctx, in, cfg)
+		return s.runStored(ctx, s.clientOf(ctx, req), in, cfg)
 	}
 	c, err := s.get(ctx, req.Session, in.SessionID)
 	if err != nil {
@@ -852,7 +930,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 	}
 	// The session's turn first, then a run slot: a call holding a slot
 	// never waits for a session's turn, so the two cannot deadlock.
-	done, err := s.acquireRun(ctx)
+	done, err := s.acquireRun(ctx, s.clientOf(ctx, req), cfg.Limits.Timeout)
 	if err != nil {
 		c.Release(false)
 		return nil, runOutput{}, err
@@ -863,6 +941,7 @@ func (s *Server) sessionRun(ctx context.Context, req *mcp.CallToolRequest, in se
 	if errors.Is(err, sandbox.ErrClosed) {
 		// The session closed itself: forget it.
 		c.Drop()
+		s.disown(req.Session, in.SessionID)
 		return s.result(res, err, nil)
 	}
 	// A model takes seconds between calls: idle, a session needs only its
@@ -994,11 +1073,12 @@ func imageType(data []byte) string {
 
 func (s *Server) sessionClose(ctx context.Context, req *mcp.CallToolRequest, in sessionRef) (*mcp.CallToolResult, sessionRef, error) {
 	if s.stored != nil {
-		return s.closeStored(ctx, in)
+		return s.closeStored(ctx, s.clientOf(ctx, req), in)
 	}
 	if err := s.live.Remove(in.SessionID, req.Session); err != nil {
 		return nil, sessionRef{}, noSession(in.SessionID)
 	}
+	s.disown(req.Session, in.SessionID)
 	return nil, in, nil
 }
 

@@ -59,26 +59,27 @@ func TestStreamableHTTP(t *testing.T) {
 	assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "the most this server allows")
 }
 
-// TestEvictedClientsSessionsClosed: a client whose MCP session is evicted
-// to make room past MaxClients loses its sessions, as one idle past
-// IdleTimeout does, and their memory is released.
-func TestEvictedClientsSessionsClosed(t *testing.T) {
-	py := sandboxtest.Python(t)
-	srv, err := mcpserver.New(py, &mcpserver.Options{MaxClients: 1})
-	require.NoError(t, err)
-	defer srv.Close()
-	hs := httptest.NewServer(srv.HTTPHandler())
-	t.Cleanup(hs.Close)
-	dial := func() *mcp.ClientSession { return dialHTTP(t, hs.URL) }
-	first := dial()
-	create(t, first)
-	require.Equal(t, 1, srv.OpenSessions())
+// TestClientWithSessionsNotEvicted: a client that owns sessions is not
+// evicted to make room past MaxClients (it was, and its sessions were
+// closed): the new client is refused; once the owner closed its
+// sessions, it is evicted for the next.
+func TestClientWithSessionsNotEvicted(t *testing.T) {
+	srv, url := serveHTTP(t, &mcpserver.Options{MaxClients: 1})
+	first := dialHTTP(t, url)
+	id := create(t, first)
+	runIn(t, first, id, "x = 42")
 
-	second := dial()
-	require.Eventually(t, func() bool { return srv.OpenSessions() == 0 }, 30*time.Second, 10*time.Millisecond,
-		"the evicted client's session is closed")
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	_, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	require.Error(t, err, "the new client is refused")
+	assert.Equal(t, "value: 42\n", runIn(t, first, id, "x"))
+	assert.Equal(t, 1, srv.OpenSessions())
+
+	res := call(t, first, "session_close", map[string]any{"session_id": id}, nil)
+	require.False(t, res.IsError, text(res))
+	second := dialHTTP(t, url)
 	_, err = first.ListTools(context.Background(), nil)
-	assert.Error(t, err)
+	assert.Error(t, err, "the client without sessions made room")
 	create(t, second)
 }
 
@@ -216,7 +217,8 @@ func TestCallLimitsNeverRaise(t *testing.T) {
 // to run at once whatever the server's bounds (5.6 GB with 200 MB each).
 func TestRunsBounded(t *testing.T) {
 	py := sandboxtest.Python(t)
-	srv, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 2, MaxSessions: 2})
+	// One client waits with all its calls: MaxWaitingRunsPerClient lets it.
+	srv, err := mcpserver.New(py, &mcpserver.Options{MaxRuns: 2, MaxSessions: 2, MaxWaitingRunsPerClient: 8})
 	require.NoError(t, err)
 	defer srv.Close()
 	var mu sync.Mutex

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -96,13 +97,19 @@ func (s *Server) holdCall(ctx context.Context, id string) (name string, release 
 	return name, s.release, nil
 }
 
-func (s *Server) createStored(ctx context.Context, in createInput) (*mcp.CallToolResult, sessionRef, error) {
+func (s *Server) createStored(ctx context.Context, client any, in createInput) (*mcp.CallToolResult, sessionRef, error) {
 	id := newID()
 	name, release, err := s.holdCall(ctx, id)
 	if err != nil {
 		return nil, sessionRef{}, err
 	}
 	defer release()
+	sb, err := s.startCreate(ctx, client)
+	if err != nil {
+		return nil, sessionRef{}, err
+	}
+	started := false
+	defer func() { s.endCreate(client, sb, name, started) }()
 	ss, err := s.py.NewSession(ctx, s.sessionConfig(in.Env))
 	if err != nil {
 		return nil, sessionRef{}, err
@@ -110,10 +117,78 @@ func (s *Server) createStored(ctx context.Context, in createInput) (*mcp.CallToo
 	if err := s.stored.Start(ctx, name, ss); err != nil {
 		return nil, sessionRef{}, storeError(id, err)
 	}
+	started = true
 	return nil, sessionRef{SessionID: id}, nil
 }
 
-func (s *Server) runStored(ctx context.Context, in sessionRunInput, cfg *sandbox.RunOptions) (*mcp.CallToolResult, runOutput, error) {
+// storedBy is what one client created in the Store through this server:
+// the names of its sessions there, as far as this server knows, and its
+// session_create calls in progress.
+type storedBy struct {
+	names   []string
+	pending int
+}
+
+// startCreate counts a session_create of client against
+// MaxStoredSessionsPerClient: at the bound, it asks the store which of
+// the client's sessions are still there (closed on any replica, or
+// expired, they no longer count), and refuses if all are. End it with
+// endCreate.
+func (s *Server) startCreate(ctx context.Context, client any) (*storedBy, error) {
+	limit := s.opts.MaxStoredSessionsPerClient
+	for checked := false; ; checked = true {
+		s.mu.Lock()
+		sb := s.created[client]
+		if sb == nil {
+			sb = &storedBy{}
+			s.created[client] = sb
+		}
+		if len(sb.names)+sb.pending < limit {
+			sb.pending++
+			s.mu.Unlock()
+			return sb, nil
+		}
+		if checked {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("%w: this client has %d sessions in the store, its most: close one with session_close", errClientSessions, limit)
+		}
+		names := slices.Clone(sb.names)
+		s.mu.Unlock()
+		var gone []string
+		for _, name := range names {
+			if _, err := s.opts.Store.Load(ctx, name); errors.Is(err, sessionstore.ErrNotFound) {
+				gone = append(gone, name)
+			} else if err != nil && ctx.Err() != nil {
+				return nil, err
+			}
+		}
+		s.mu.Lock()
+		sb.names = slices.DeleteFunc(sb.names, func(n string) bool { return slices.Contains(gone, n) })
+		s.mu.Unlock()
+	}
+}
+
+// endCreate ends a session_create that startCreate counted, adding the
+// session's name if it was started in the store.
+func (s *Server) endCreate(client any, sb *storedBy, name string, started bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb.pending--
+	if started {
+		sb.names = append(sb.names, name)
+	}
+	s.forgetCreatorLocked(client, sb)
+}
+
+// forgetCreatorLocked forgets a client that has no session in the store
+// and no session_create in progress.
+func (s *Server) forgetCreatorLocked(client any, sb *storedBy) {
+	if len(sb.names) == 0 && sb.pending == 0 && s.created[client] == sb {
+		delete(s.created, client)
+	}
+}
+
+func (s *Server) runStored(ctx context.Context, client any, in sessionRunInput, cfg *sandbox.RunOptions) (*mcp.CallToolResult, runOutput, error) {
 	name, release, err := s.holdCall(ctx, in.SessionID)
 	if err != nil {
 		return nil, runOutput{}, err
@@ -127,7 +202,7 @@ func (s *Server) runStored(ctx context.Context, in sessionRunInput, cfg *sandbox
 	err = s.stored.Update(ctx, name, func(ctx context.Context, ss *sandbox.Session) error {
 		// The lease first, then a run slot: a call holding a slot never
 		// waits for a lease.
-		done, err := s.acquireRun(ctx)
+		done, err := s.acquireRun(ctx, client, cfg.Limits.Timeout)
 		if err != nil {
 			return err
 		}
@@ -184,7 +259,7 @@ func (s *Server) filesStored(ctx context.Context, in filesInput) (*mcp.CallToolR
 	return tr, out, opErr
 }
 
-func (s *Server) closeStored(ctx context.Context, in sessionRef) (*mcp.CallToolResult, sessionRef, error) {
+func (s *Server) closeStored(ctx context.Context, client any, in sessionRef) (*mcp.CallToolResult, sessionRef, error) {
 	name, ok := storedName(in.SessionID)
 	if !ok {
 		return nil, sessionRef{}, noSession(in.SessionID)
@@ -195,5 +270,14 @@ func (s *Server) closeStored(ctx context.Context, in sessionRef) (*mcp.CallToolR
 	if err := s.stored.Delete(ctx, name); err != nil {
 		return nil, sessionRef{}, storeError(in.SessionID, err)
 	}
+	// It no longer counts for the client that closed it; a session closed
+	// by another client, or on another replica, stops counting for its
+	// creator when startCreate next asks the store.
+	s.mu.Lock()
+	if sb := s.created[client]; sb != nil {
+		sb.names = slices.DeleteFunc(sb.names, func(n string) bool { return n == name })
+		s.forgetCreatorLocked(client, sb)
+	}
+	s.mu.Unlock()
 	return nil, in, nil
 }

@@ -27,7 +27,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			"session_close (and session_snapshot, session_restore with --snapshot-dir)\nover stdio, or streamable HTTP with --http.\n\n"+
 			"A call may lower --timeout and --fuel, never raise them. --max-sessions, --max-runs\n"+
 			"and --memory-budget bound all clients together; over HTTP each client sees only\n"+
-			"its own sessions and snapshots, and --max-clients bounds the clients held. --mount\n"+
+			"its own sessions and snapshots, --max-clients bounds the clients held, and the\n"+
+			"-per-client flags what one client may hold, so that none starves the others. --mount\n"+
 			"and --volume directories are in every sandbox and session, shared by all of them\n"+
 			"(a read-write one within its quota, counted per sandbox).\n\n"+
 			"With --store, sessions are kept in the store (key: $"+storeKeyEnv+") and any server\n"+
@@ -46,7 +47,11 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	maxRuns := fs.Int("max-runs", 0, "runs executing at once, over all clients; a call past it waits (default GOMAXPROCS, at least 2)")
 	budget := fs.String("memory-budget", "", "host memory of the server's guests: each open session and each run_python in progress holds twice --memory and twice the 128 MiB root quota of it (default (--max-sessions + --max-runs) times that)")
 	idle := fs.Duration("idle-timeout", mcpserver.DefaultIdleTimeout, "with --http, end a client's MCP session, and close its sessions, after this long without a request; 0 never")
-	maxClients := fs.Int("max-clients", mcpserver.DefaultMaxClients, "with --http, MCP sessions (clients) held at once; past it a new client ends the least recently used idle one, and is refused if none is idle")
+	maxClients := fs.Int("max-clients", mcpserver.DefaultMaxClients, "with --http, MCP sessions (clients) held at once; past it a new client ends the least recently used idle one that has no sessions, and is refused (503) if there is none")
+	perClient := fs.Int("max-sessions-per-client", mcpserver.DefaultMaxSessionsPerClient, "sessions one client holds open at once (over stdio, its one client: --max-sessions unless set)")
+	storedPerClient := fs.Int("max-stored-sessions-per-client", mcpserver.DefaultMaxStoredSessionsPerClient, "with --store, sessions one client created through this server that are still in the store (over HTTP a client is its IP address)")
+	maxWaiting := fs.Int("max-waiting-runs", mcpserver.DefaultMaxWaitingRuns, "calls waiting for a run slot, over all clients; past it a call is refused at once, and each waits at most its run's timeout")
+	waitingPerClient := fs.Int("max-waiting-runs-per-client", mcpserver.DefaultMaxWaitingRunsPerClient, "calls of one client waiting for a run slot (over stdio, its one client: --max-waiting-runs unless set)")
 	addr := fs.String("http", "", "serve streamable HTTP on this address (such as 127.0.0.1:8080) instead of stdio; no authentication: keep it on loopback")
 	cacheDir := fs.String("cache-dir", "", "cache directory (default $"+cache.DirEnv+" or the user cache directory)")
 	with := withFlag(fs)
@@ -61,7 +66,20 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return &usageError{"mcp takes no arguments"}
 	}
 	opts := &mcpserver.Options{Limits: sandbox.Limits{Timeout: *timeout, Fuel: *fuel}, Network: network.policy(), Mounts: mounts,
-		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions, MaxRuns: *maxRuns, MaxClients: *maxClients, IdleTimeout: *idle}
+		SnapshotDir: *snapshotDir, MaxSessions: *maxSessions, MaxRuns: *maxRuns, MaxClients: *maxClients, IdleTimeout: *idle,
+		MaxSessionsPerClient: *perClient, MaxStoredSessionsPerClient: *storedPerClient,
+		MaxWaitingRuns: *maxWaiting, MaxWaitingRunsPerClient: *waitingPerClient}
+	if *addr == "" {
+		// Over stdio there is one client: it has nobody to leave room for.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["max-sessions-per-client"] {
+			opts.MaxSessionsPerClient = *maxSessions
+		}
+		if !set["max-waiting-runs-per-client"] {
+			opts.MaxWaitingRunsPerClient = *maxWaiting
+		}
+	}
 	if *timeout == 0 {
 		opts.Limits.Timeout = -1
 	}
@@ -73,6 +91,9 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if *fuel < 0 || *maxSessions <= 0 || *maxRuns < 0 || *idle < 0 || *maxClients <= 0 {
 		return &usageError{"--fuel, --max-runs and --idle-timeout must not be negative and --max-sessions and --max-clients must be positive"}
+	}
+	if *perClient <= 0 || *storedPerClient <= 0 || *maxWaiting <= 0 || *waitingPerClient <= 0 {
+		return &usageError{"--max-sessions-per-client, --max-stored-sessions-per-client, --max-waiting-runs and --max-waiting-runs-per-client must be positive"}
 	}
 	if *memory != "" {
 		n, err := parseSize(*memory)
