@@ -200,12 +200,12 @@ func (c *clients) wasEvicted(id string) bool {
 	return ok
 }
 
-// ownsSessions reports whether the MCP session ss has a sandbox session
-// open.
+// ownsSessions reports whether the MCP session ss owns state: a sandbox
+// session open, or a snapshot in its directory of SnapshotDir.
 func (s *Server) ownsSessions(ss *mcp.ServerSession) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.owned[ss]) > 0
+	return len(s.owned[ss]) > 0 || s.snapshotted[ss]
 }
 
 // errClientSessions is the error of a session_create or session_restore

@@ -122,7 +122,7 @@ type Options struct {
 	// 0 means DefaultMaxClients. An idle one holds about 20 KB of host
 	// memory. Past it, a new client evicts the least recently used MCP
 	// session that has no request in progress (running or waiting) and
-	// owns no session; when there is none, the new client is refused
+	// owns no session and no snapshot; when there is none, the new client is refused
 	// (HTTPHandler answers 503 Service Unavailable with a Retry-After
 	// header), and no client's sessions are ever ended to make room.
 	MaxClients int
@@ -132,7 +132,8 @@ type Options struct {
 	MaxSessionsPerClient int
 	// MaxStoredSessionsPerClient bounds, with a Store, the sessions one
 	// client has created through this server that are still in the store
-	// (neither closed nor expired); 0 means
+	// (neither closed nor expired: at the bound, the store is asked, at
+	// most once a second per client); 0 means
 	// DefaultMaxStoredSessionsPerClient. Over stateless HTTP a client is
 	// what ClientKey returns for its requests.
 	MaxStoredSessionsPerClient int
@@ -221,10 +222,11 @@ type Server struct {
 	// What each client holds (clients.go): the IDs of its open sessions
 	// (without a Store), the sessions it created in the Store, its calls
 	// waiting for a run slot.
-	owned     map[*mcp.ServerSession]map[string]struct{}
-	created   map[any]*storedBy
-	waiting   int
-	waitingBy map[any]int
+	owned       map[*mcp.ServerSession]map[string]struct{}
+	snapshotted map[*mcp.ServerSession]bool // MCP sessions with an ID that saved a snapshot
+	created     map[any]*storedBy
+	waiting     int
+	waitingBy   map[any]int
 }
 
 // New returns a server that runs code on py, which must be the Python
@@ -260,7 +262,8 @@ func New(py *sandbox.Guest, opts *Options) (*Server, error) {
 // newServer returns a server with no tools, its options resolved.
 func newServer(o Options, instructions string) *Server {
 	s := &Server{opts: o, owners: map[*mcp.ServerSession]bool{},
-		owned: map[*mcp.ServerSession]map[string]struct{}{}, created: map[any]*storedBy{}, waitingBy: map[any]int{},
+		owned: map[*mcp.ServerSession]map[string]struct{}{}, snapshotted: map[*mcp.ServerSession]bool{},
+		created: map[any]*storedBy{}, waitingBy: map[any]int{},
 		runs: make(chan struct{}, o.MaxRuns), freed: make(chan struct{}),
 		instructions: instructions, clients: newClients(o.MaxClients)}
 	s.live = sessionpool.New[*mcp.ServerSession](sessionpool.Options{Max: o.MaxSessions, OnFree: s.freeMemory})
@@ -890,6 +893,7 @@ func (s *Server) ownerGone(owner *mcp.ServerSession) {
 	s.mu.Lock()
 	delete(s.owners, owner)
 	delete(s.owned, owner)
+	delete(s.snapshotted, owner)
 	s.mu.Unlock()
 	s.live.RemoveOwner(owner)
 }
@@ -1135,6 +1139,13 @@ func (s *Server) sessionSnapshot(ctx context.Context, req *mcp.CallToolRequest, 
 	fi, err := os.Stat(file)
 	if err != nil {
 		return nil, snapshotOutput{}, err
+	}
+	if req.Session != nil && req.Session.ID() != "" {
+		// Its snapshots are reached only through its ID: it owns state
+		// that evicting it would lose.
+		s.mu.Lock()
+		s.snapshotted[req.Session] = true
+		s.mu.Unlock()
 	}
 	return nil, snapshotOutput{Name: in.Name, Bytes: fi.Size()}, nil
 }

@@ -59,10 +59,10 @@ func TestStreamableHTTP(t *testing.T) {
 	assert.Contains(t, res.Content[0].(*mcp.TextContent).Text, "the most this server allows")
 }
 
-// TestClientWithSessionsNotEvicted: a client that owns sessions is not
-// evicted to make room past MaxClients (it was, and its sessions were
-// closed): the new client is refused; once the owner closed its
-// sessions, it is evicted for the next.
+// TestClientWithSessionsNotEvicted: a client that owns sessions, or
+// snapshots, is not evicted to make room past MaxClients (it was, and its
+// sessions were closed): the new client is refused; once the owner closed
+// its sessions, it is evicted for the next.
 func TestClientWithSessionsNotEvicted(t *testing.T) {
 	srv, url := serveHTTP(t, &mcpserver.Options{MaxClients: 1})
 	first := dialHTTP(t, url)
@@ -81,6 +81,22 @@ func TestClientWithSessionsNotEvicted(t *testing.T) {
 	_, err = first.ListTools(context.Background(), nil)
 	assert.Error(t, err, "the client without sessions made room")
 	create(t, second)
+
+	// A client whose snapshots only its ID reaches owns state too.
+	_, url = serveHTTP(t, &mcpserver.Options{MaxClients: 1, SnapshotDir: t.TempDir()})
+	first = dialHTTP(t, url)
+	id = create(t, first)
+	runIn(t, first, id, "x = 42")
+	res = call(t, first, "session_snapshot", map[string]any{"session_id": id, "name": "s"}, nil)
+	require.False(t, res.IsError, text(res))
+	res = call(t, first, "session_close", map[string]any{"session_id": id}, nil)
+	require.False(t, res.IsError, text(res))
+	_, err = client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	require.Error(t, err, "the new client is refused")
+	var ref sessionRef
+	res = call(t, first, "session_restore", map[string]any{"name": "s"}, &ref)
+	require.False(t, res.IsError, text(res))
+	assert.Equal(t, "value: 42\n", runIn(t, first, ref.SessionID, "x"))
 }
 
 // dialHTTP connects a client to the streamable HTTP server at url, and

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -127,13 +128,19 @@ func (s *Server) createStored(ctx context.Context, client any, in createInput) (
 type storedBy struct {
 	names   []string
 	pending int
+	checked time.Time // when the store was last asked about names
 }
+
+// storeCheckEvery is how often, at most, a client at
+// MaxStoredSessionsPerClient has the store asked which of its sessions are
+// still there: each time costs a read of each one's head.
+const storeCheckEvery = time.Second
 
 // startCreate counts a session_create of client against
 // MaxStoredSessionsPerClient: at the bound, it asks the store which of
 // the client's sessions are still there (closed on any replica, or
-// expired, they no longer count), and refuses if all are. End it with
-// endCreate.
+// expired, they no longer count; at most every storeCheckEvery), and
+// refuses if all are. End it with endCreate.
 func (s *Server) startCreate(ctx context.Context, client any) (*storedBy, error) {
 	limit := s.opts.MaxStoredSessionsPerClient
 	for checked := false; ; checked = true {
@@ -148,10 +155,11 @@ func (s *Server) startCreate(ctx context.Context, client any) (*storedBy, error)
 			s.mu.Unlock()
 			return sb, nil
 		}
-		if checked {
+		if checked || time.Since(sb.checked) < storeCheckEvery {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("%w: this client has %d sessions in the store, its most: close one with session_close", errClientSessions, limit)
 		}
+		sb.checked = time.Now()
 		names := slices.Clone(sb.names)
 		s.mu.Unlock()
 		var gone []string

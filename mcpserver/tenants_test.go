@@ -200,7 +200,8 @@ func TestSessionsPerClientCapped(t *testing.T) {
 // stateless HTTP: one address, whatever MCP session each request makes)
 // creates at most MaxStoredSessionsPerClient sessions that are still in
 // the store; it used to create them without bound (300 in 3 s). One it
-// closes, or one closed through another replica, no longer counts.
+// closes no longer counts, nor one closed through another replica once
+// the store is asked again (at most every second).
 func TestStoredSessionsPerClientCapped(t *testing.T) {
 	dir := t.TempDir()
 	srv := replica(t, dir, &mcpserver.Options{MaxSessions: 1, MaxStoredSessionsPerClient: 3})
@@ -224,7 +225,10 @@ func TestStoredSessionsPerClientCapped(t *testing.T) {
 	ids[0] = create(t, cs)
 	res = call(t, connect(t, replica(t, dir, nil)), "session_close", map[string]any{"session_id": ids[1]}, nil)
 	require.False(t, res.IsError, text(res))
-	create(t, cs)
+	// The store is asked again at most every second.
+	require.Eventually(t, func() bool {
+		return !call(t, cs, "session_create", nil, nil).IsError
+	}, 10*time.Second, 50*time.Millisecond, "the session closed through another replica no longer counts")
 	res = call(t, cs, "session_create", nil, nil)
 	assert.True(t, res.IsError, text(res))
 }
