@@ -30,19 +30,27 @@ import (
 
 // Each level of invokes (a C++ call that may throw, in a function with a
 // destructor or a catch, calling another) is a nested call into the module
-// with a call stack of its own, which wazero lets grow to about 100 MB.
-// What the levels below the innermost hold together is bounded by
+// with a call stack of its own, which wazero lets grow to about 100 MB,
+// and holds besides levelCost of the host's memory. What the levels below
+// the innermost hold together, stacks and levelCost, is bounded by
 // MaxNestedStack, and their number by MaxInvokeDepth; a guest that goes
 // past either traps with ErrStackOverflow. So a guest holds at most the
-// outermost call's stack, MaxNestedStack and the innermost's.
+// outermost call's stack, MaxNestedStack and the innermost level's.
 const (
-	// MaxNestedStack bounds the call stacks of the levels of invokes
-	// below the innermost, together: 64 MiB is over 6,000 levels of
-	// recursion through C++ with destructors (10 KB each).
+	// MaxNestedStack bounds what the levels of invokes below the
+	// innermost hold, together: 64 MiB is over 3,600 levels of recursion
+	// through C++ with destructors (a 10 KB stack and levelCost each).
 	MaxNestedStack = 64 << 20
 	// MaxInvokeDepth bounds the levels of invokes.
-	MaxInvokeDepth = 10_000
+	MaxInvokeDepth = 4096
 )
+
+// levelCost is what a level of invokes holds on the host besides its call
+// stack: wazero's call engine for its function (1,440 bytes in v1.12) and
+// the Go frames from the guest's call of the invoke to the nested call
+// (2,936 bytes on amd64), twice, since a goroutine's stack grows by
+// doubling.
+const levelCost = 8 << 10
 
 // cachedDepths is how many levels keep their nested call's function
 // between invokes (a new one allocates a 10 KB stack), as long as its
@@ -58,6 +66,16 @@ const fallbackStack = 1 << 20
 
 // errUnwound ends the innermost invoke: a C++ throw.
 var errUnwound = errors.New("C++ exception")
+
+// errNested is what an invoke below the outermost panics with when the
+// call it made failed (a trap, fuel, the deadline, an exit): the invoker
+// keeps the failure, and only the outermost invoke panics with it. wazero
+// wraps a host function's panic in an error carrying the level's stack
+// trace, so a failure passed up level by level would be rebuilt with
+// every trace below it at every level: quadratic in the depth, gigabytes
+// for a few thousand levels. This way the failure is wrapped twice, at its
+// own level and at the outermost.
+var errNested = errors.New("a C++ invoke nested in this one failed")
 
 // errInvokeDepth is the trap of invokes nested past MaxInvokeDepth or
 // MaxNestedStack.
@@ -158,6 +176,9 @@ type invoker struct {
 	// depth d); held is what the levels below the innermost hold.
 	running []api.Function
 	held    int
+	// failed is the failure that ends the run, kept while the levels
+	// above the one that failed unwind (errNested).
+	failed error
 }
 
 // newInvoker returns the invoker of mod, an instance of the guest, or nil
@@ -182,7 +203,7 @@ func (inv *invoker) call(ctx context.Context, i int, stack []uint64) {
 	// The level calling now stops growing its stack until this returns.
 	caller := 0
 	if inv.depth > 0 {
-		caller = stackSize(inv.running[inv.depth-1])
+		caller = stackSize(inv.running[inv.depth-1]) + levelCost
 	}
 	if inv.depth >= MaxInvokeDepth || inv.held+caller > MaxNestedStack {
 		panic(&stackOverflowError{err: errInvokeDepth})
@@ -209,12 +230,26 @@ func (inv *invoker) call(ctx context.Context, i int, stack []uint64) {
 		return
 	}
 	if !errors.Is(err, errUnwound) {
-		panic(err) // a trap, fuel, the deadline, an exit: the run ends
+		inv.fail(err) // a trap, fuel, the deadline, an exit: the run ends
 	}
 	if inv.sp != nil {
 		inv.sp.Set(sp)
 	}
 	clear(stack[:len(iv.results)])
+}
+
+// fail ends the run for err, what a nested call returned: the first
+// failure, or errNested from a level below. An invoke nested in another
+// passes errNested up; the outermost panics with the first failure.
+func (inv *invoker) fail(err error) {
+	if inv.failed == nil || !errors.Is(err, errNested) {
+		inv.failed = err
+	}
+	if inv.depth > 0 {
+		panic(errNested)
+	}
+	err, inv.failed = inv.failed, nil
+	panic(err)
 }
 
 // zeroExtend clears the upper 32 bits of the 32-bit values (i32, f32) in

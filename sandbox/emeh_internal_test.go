@@ -2,6 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -130,4 +133,74 @@ func TestInvokeResultsZeroExtended(t *testing.T) {
 	inv.call(ctx, ii, stack)
 	assert.Equal(t, uint64(8), stack[0], "the result's upper half is zero")
 	assert.Zero(t, inv.depth)
+}
+
+// invokeRecursionModule is a WASI command of under 200 bytes whose _start
+// calls itself through env.invoke_v, each call one more level of invokes,
+// until the host stops it.
+func invokeRecursionModule() []byte {
+	name, sec := testenv.WasmName, testenv.WasmSection
+	body := []byte{0, 0x41, 0, 0x10, 0, 0x0B} // no locals; i32.const 0; call invoke_v
+	var m []byte
+	m = append(m, 0, 'a', 's', 'm', 1, 0, 0, 0)
+	m = append(m, sec(wasmbin.SectionType,
+		[]byte{0x60, 1, 0x7F, 0}, // 0: invoke_v
+		[]byte{0x60, 0, 0},       // 1: _start
+	)...)
+	m = append(m, sec(wasmbin.SectionImport, append(append(name("env"), name("invoke_v")...), 0, 0))...)
+	m = append(m, sec(wasmbin.SectionFunction, []byte{1})...)
+	m = append(m, sec(wasmbin.SectionTable, []byte{0x70, 0, 1})...)
+	m = append(m, sec(wasmbin.SectionMemory, []byte{0, 1})...)
+	m = append(m, sec(wasmbin.SectionExport, append(name("_start"), 0, 1))...)
+	m = append(m, sec(wasmbin.SectionElement, []byte{0, 0x41, 0, 0x0B, 1, 1})...)
+	return append(m, sec(wasmbin.SectionCode, append([]byte{byte(len(body))}, body...))...)
+}
+
+// TestInvokeRecursionIsCheap: a module of under 100 bytes recursing
+// through env.invoke_v, under a 64 KiB memory limit and 52,435 fuel, stops
+// with ErrStackOverflow at the nesting bound, each level counted with what
+// it holds on the host (levelCost): two at once allocate under 300 MiB of
+// Go heap in all (each at most MaxNestedStack and a little), and their
+// error, built once and not rebuilt at every level, is short. Run out of
+// fuel while nested, the run stops on fuel with as short an error.
+func TestInvokeRecursionIsCheap(t *testing.T) {
+	ctx := context.Background()
+	g, err := Compile(ctx, invokeRecursionModule(), &Options{CacheDir: t.TempDir()})
+	require.NoError(t, err)
+	defer g.Close()
+	exec := func(fuel int64) (*Result, error) {
+		return g.Exec(ctx, &RunOptions{Limits: Limits{Memory: 64 << 10, Fuel: fuel}})
+	}
+	_, err = exec(1000) // compile and warm up outside the measure
+	require.ErrorIs(t, err, ErrFuelExhausted)
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var wg sync.WaitGroup
+	results, errs := make([]*Result, 2), make([]error, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = exec(52_435)
+		}()
+	}
+	wg.Wait()
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	assert.Less(t, allocated, uint64(2*(MaxNestedStack+8<<20)), "two runs allocated %d MiB", allocated>>20)
+	for i, err := range errs {
+		require.ErrorIs(t, err, ErrStackOverflow, "run %d", i)
+		assert.Equal(t, StopStack, results[i].Stop)
+		var trap *TrapError
+		assert.ErrorAs(t, err, &trap)
+		assert.Less(t, len(err.Error()), 4<<10, "the error is built once")
+		assert.LessOrEqual(t, strings.Count(err.Error(), "wasm stack trace"), 2, "at the failing level and the outermost")
+	}
+
+	res, err := exec(5000)
+	require.ErrorIs(t, err, ErrFuelExhausted)
+	assert.Equal(t, StopFuel, res.Stop)
+	assert.Less(t, len(err.Error()), 4<<10)
 }
